@@ -1,0 +1,43 @@
+# Two entry points for people and CI: `make demo` and `make test`.
+# Both set up everything they need on a fresh machine (Python 3.11, pip, venv).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test static unit bench fit crds clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, exactly pinned, so that the local CPU wheel is taken.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev,train]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/trainplan plan deploy/examples/*.yaml
+
+static: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: setup
+	$(BIN)/pytest
+
+# pytest exits 5 when it collects no test; make treats that as a failure.
+test: static unit
+
+bench: setup
+	$(BIN)/python -m benchmarks.run
+
+fit: setup
+	$(BIN)/python -m benchmarks.fit_calibration
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .benchmarks
