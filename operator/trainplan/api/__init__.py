@@ -1,0 +1,126 @@
+"""trainplan.api: pydantic models of the TrainingPlan and GPUBudget custom resources.
+
+Spec, status, the plan, conditions, durations, and the group, kind and label constants.
+Attributes are snake_case; documents use the camelCase names of the API contract.
+
+Pure: imports only pydantic and the standard library; no I/O, no clock, no import-time work.
+"""
+
+from trainplan.api.base import ApiModel
+from trainplan.api.budget import GPUBudgetSpec, GPUBudgetStatus
+from trainplan.api.constants import (
+    API_VERSION,
+    APP_COMPONENT_LABEL,
+    APP_INSTANCE_LABEL,
+    APP_MANAGED_BY_LABEL,
+    APP_NAME_LABEL,
+    APP_PART_OF_LABEL,
+    GPU_BUDGET_KIND,
+    GPU_BUDGET_PLURAL,
+    GROUP,
+    PLAN_LABEL,
+    TRAINING_PLAN_KIND,
+    TRAINING_PLAN_PLURAL,
+    TRAINING_PLAN_SHORT_NAMES,
+    VERSION,
+)
+from trainplan.api.durations import Duration, format_duration, parse_duration_seconds
+from trainplan.api.plan import (
+    Alternative,
+    MemoryBreakdown,
+    Plan,
+    PlanLayout,
+    PlanReliability,
+    StepBreakdown,
+)
+from trainplan.api.resources import (
+    GPUBudget,
+    ObjectMeta,
+    OwnerReference,
+    TrainingPlan,
+    format_validation_errors,
+    parse_training_plan_spec,
+)
+from trainplan.api.spec import (
+    DEFAULT_COMMAND,
+    BatchSpec,
+    DataSpec,
+    EnvVar,
+    HardwareSpec,
+    JobSpec,
+    ModelSpec,
+    ObjectiveSpec,
+    ParallelismSpec,
+    Quantity,
+    ReliabilitySpec,
+    Toleration,
+    TrainingPlanSpec,
+    TrainingSpec,
+)
+from trainplan.api.status import (
+    CompletionRange,
+    Condition,
+    ConditionType,
+    FailureSummary,
+    GPUHours,
+    Phase,
+    Progress,
+    TrainingPlanStatus,
+)
+
+__all__ = [
+    "API_VERSION",
+    "APP_COMPONENT_LABEL",
+    "APP_INSTANCE_LABEL",
+    "APP_MANAGED_BY_LABEL",
+    "APP_NAME_LABEL",
+    "APP_PART_OF_LABEL",
+    "DEFAULT_COMMAND",
+    "GPU_BUDGET_KIND",
+    "GPU_BUDGET_PLURAL",
+    "GROUP",
+    "PLAN_LABEL",
+    "TRAINING_PLAN_KIND",
+    "TRAINING_PLAN_PLURAL",
+    "TRAINING_PLAN_SHORT_NAMES",
+    "VERSION",
+    "Alternative",
+    "ApiModel",
+    "BatchSpec",
+    "CompletionRange",
+    "Condition",
+    "ConditionType",
+    "DataSpec",
+    "Duration",
+    "EnvVar",
+    "FailureSummary",
+    "GPUBudget",
+    "GPUBudgetSpec",
+    "GPUBudgetStatus",
+    "GPUHours",
+    "HardwareSpec",
+    "JobSpec",
+    "MemoryBreakdown",
+    "ModelSpec",
+    "ObjectMeta",
+    "ObjectiveSpec",
+    "OwnerReference",
+    "ParallelismSpec",
+    "Phase",
+    "Plan",
+    "PlanLayout",
+    "PlanReliability",
+    "Progress",
+    "Quantity",
+    "ReliabilitySpec",
+    "StepBreakdown",
+    "Toleration",
+    "TrainingPlan",
+    "TrainingPlanSpec",
+    "TrainingPlanStatus",
+    "TrainingSpec",
+    "format_duration",
+    "format_validation_errors",
+    "parse_duration_seconds",
+    "parse_training_plan_spec",
+]

@@ -1,0 +1,388 @@
+"""The TrainingPlan spec: what the user asks for (model, data, batch, hardware, objective, pins).
+
+Python attributes are snake_case; JSON and YAML names are the camelCase of the API contract.
+Each model checks its own fields; `TrainingPlanSpec` checks the rules that span sections.
+Consistency with a catalog preset's shape is the planner's job (it owns the catalog).
+
+Pure: pydantic and the standard library only; no I/O.
+"""
+
+from typing import Annotated, Final, Literal, Self
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from trainplan.api.base import ApiModel
+from trainplan.api.durations import Duration, parse_duration_seconds
+
+DEFAULT_COMMAND: Final = ("python", "-m", "trainplan.runtime.train")
+"""The reference trainer, run when `job.command` is left out."""
+
+_SHAPE_FIELDS: Final = ("layers", "hiddenSize", "attentionHeads", "vocabSize", "sequenceLength")
+
+
+def _number_to_text(value: object) -> object:
+    """Let users write `cpu: 32` for a resource quantity, as kubectl does."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+Quantity = Annotated[str, BeforeValidator(_number_to_text)]
+"""A Kubernetes resource quantity ("32", "256Gi"); a bare number is read as its text."""
+
+
+class ModelSpec(ApiModel):
+    """The model: a catalog preset, an explicit shape, or a preset with explicit overrides."""
+
+    preset: str | None = Field(
+        None, min_length=1, description="Catalog model name, e.g. llama2-7b."
+    )
+    parameters: float | None = Field(
+        None, gt=0, description="Parameter count; derived from the shape when omitted."
+    )
+    layers: int | None = Field(None, ge=1, description="Transformer layers.")
+    hidden_size: int | None = Field(None, ge=1, description="Model (embedding) width.")
+    attention_heads: int | None = Field(None, ge=1, description="Query attention heads.")
+    kv_heads: int | None = Field(
+        None,
+        ge=1,
+        description="Key/value heads (grouped-query attention); default attentionHeads.",
+    )
+    ffn_hidden_size: int | None = Field(
+        None, ge=1, description="MLP inner width; default 4 x hiddenSize."
+    )
+    vocab_size: int | None = Field(None, ge=1, description="Vocabulary size.")
+    sequence_length: int | None = Field(None, ge=1, description="Tokens per sequence.")
+    gated_mlp: bool | None = Field(
+        None, alias="gatedMLP", description="SwiGLU-style gated MLP (three matrices)."
+    )
+    tied_embeddings: bool | None = Field(
+        None, description="Input embedding and output layer share their weights."
+    )
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> Self:
+        if self.preset is None:
+            given = {
+                "layers": self.layers,
+                "hiddenSize": self.hidden_size,
+                "attentionHeads": self.attention_heads,
+                "vocabSize": self.vocab_size,
+                "sequenceLength": self.sequence_length,
+            }
+            missing = [name for name in _SHAPE_FIELDS if given[name] is None]
+            if missing:
+                raise ValueError(
+                    "give either preset or all of "
+                    + ", ".join(_SHAPE_FIELDS)
+                    + "; missing: "
+                    + ", ".join(missing)
+                )
+        heads = self.attention_heads
+        if heads is not None and self.hidden_size is not None and self.hidden_size % heads:
+            raise ValueError(
+                f"hiddenSize ({self.hidden_size}) must be divisible by attentionHeads ({heads})"
+            )
+        kv_heads = self.kv_heads
+        if heads is not None and kv_heads is not None:
+            if kv_heads > heads:
+                raise ValueError(f"kvHeads ({kv_heads}) must not exceed attentionHeads ({heads})")
+            if heads % kv_heads:
+                raise ValueError(
+                    f"attentionHeads ({heads}) must be divisible by kvHeads ({kv_heads})"
+                )
+        return self
+
+
+class DataSpec(ApiModel):
+    """How much data one epoch holds, and how many epochs to train."""
+
+    tokens: float | None = Field(None, gt=0, description="Tokens per epoch.")
+    samples: int | None = Field(None, ge=1, description="Sequences per epoch.")
+    epochs: float = Field(1.0, gt=0, description="Passes over the data; may be fractional.")
+
+    @model_validator(mode="after")
+    def _check_amount(self) -> Self:
+        if (self.tokens is None) == (self.samples is None):
+            raise ValueError("give exactly one of tokens or samples")
+        return self
+
+
+class BatchSpec(ApiModel):
+    """The optimizer batch, and optionally the micro batch."""
+
+    global_batch_size: int = Field(ge=1, description="Sequences per optimizer step.")
+    micro_batch_size: int | None = Field(
+        None, ge=1, description="Sequences per forward pass per GPU; chosen when omitted."
+    )
+
+    @model_validator(mode="after")
+    def _check_micro(self) -> Self:
+        micro, total = self.micro_batch_size, self.global_batch_size
+        if micro is not None:
+            if micro > total:
+                raise ValueError(
+                    f"microBatchSize ({micro}) must not exceed globalBatchSize ({total})"
+                )
+            if total % micro:
+                raise ValueError(
+                    f"globalBatchSize ({total}) must be divisible by microBatchSize ({micro})"
+                )
+        return self
+
+
+class HardwareSpec(ApiModel):
+    """The GPU type (a catalog name) and the GPUs in one node."""
+
+    gpu_type: str = Field("A100-SXM4-80GB", min_length=1, description="Catalog GPU name.")
+    gpus_per_node: int = Field(8, ge=1, le=16, description="GPUs per node.")
+
+
+class ObjectiveSpec(ApiModel):
+    """What to optimise: a pinned GPU count, a deadline, or the fastest plan under a cap."""
+
+    gpus: int | None = Field(
+        None, ge=1, description="Pin the GPU count: the fastest layout on exactly this many."
+    )
+    deadline: Duration | None = Field(
+        None, description="The fewest GPUs whose plan finishes in time, e.g. 14d or P1DT12H."
+    )
+    max_gpus: int | None = Field(
+        None,
+        ge=1,
+        alias="maxGPUs",
+        description="Cap on the GPU count; alone: the fastest plan within this many GPUs.",
+    )
+
+    @model_validator(mode="after")
+    def _check_objective(self) -> Self:
+        if self.gpus is not None and self.deadline is not None:
+            raise ValueError("give at most one of gpus or deadline")
+        if self.gpus is not None and self.max_gpus is not None and self.gpus > self.max_gpus:
+            raise ValueError(f"gpus ({self.gpus}) must not exceed maxGPUs ({self.max_gpus})")
+        return self
+
+    @property
+    def deadline_seconds(self) -> float | None:
+        """The deadline in seconds, or None without one."""
+        return None if self.deadline is None else parse_duration_seconds(self.deadline)
+
+
+class ParallelismSpec(ApiModel):
+    """Optional pins of the parallel layout; anything left out is searched."""
+
+    tensor: int | None = Field(None, ge=1, description="Tensor-parallel degree.")
+    pipeline: int | None = Field(None, ge=1, description="Pipeline-parallel degree.")
+    data: int | None = Field(None, ge=1, description="Data-parallel degree.")
+    virtual_pipeline_stages: int | None = Field(
+        None,
+        ge=1,
+        description="Model chunks per pipeline rank (interleaved 1F1B); 1 = not interleaved.",
+    )
+    sequence_parallel: bool | None = Field(
+        None, description="Megatron sequence parallelism alongside tensor parallelism."
+    )
+    zero_stage: int | None = Field(
+        None, ge=0, le=3, description="ZeRO stage 0..3 (optimizer, gradient, weight sharding)."
+    )
+    activation_checkpointing: Literal["none", "selective", "full"] | None = Field(
+        None, description="Activation recompute: none, selective (attention core) or full."
+    )
+
+    @model_validator(mode="after")
+    def _check_interleaving(self) -> Self:
+        stages = self.virtual_pipeline_stages
+        if stages is not None and stages > 1 and self.pipeline is not None and self.pipeline <= 1:
+            raise ValueError(
+                f"virtualPipelineStages ({stages}) > 1 needs pipeline > 1 (got {self.pipeline})"
+            )
+        return self
+
+
+class TrainingSpec(ApiModel):
+    """Numerics and kernels of the training step."""
+
+    precision: Literal["bf16", "fp16", "fp8", "fp32"] = Field(
+        "bf16", description="Compute precision: bf16, fp16, fp8 or fp32."
+    )
+    optimizer: Literal["adamw", "sgd"] = Field("adamw", description="Optimizer: adamw or sgd.")
+    attention: Literal["flash", "standard"] = Field(
+        "flash",
+        description=(
+            "Attention kernel: flash (fused, IO-aware, never materialises the score matrix) "
+            "or standard (materialised scores and softmax, as in Megatron-LM before 2022)."
+        ),
+    )
+
+
+class ReliabilitySpec(ApiModel):
+    """Checkpointing, restarts and the failure model."""
+
+    checkpoint_interval_steps: int | None = Field(
+        None, ge=1, description="Steps between checkpoints; recommended (Young/Daly) when omitted."
+    )
+    checkpoint_seconds: float = Field(60.0, ge=0, description="Seconds to write one checkpoint.")
+    max_restarts: int = Field(10, ge=0, description="Restarts allowed before the plan fails.")
+    interruptions_per_gpu_hour: float | None = Field(
+        None,
+        ge=0,
+        alias="interruptionsPerGPUHour",
+        description="Failure rate per GPU-hour; overrides the catalog's rate.",
+    )
+    restart_seconds: float | None = Field(
+        None, ge=0, description="Seconds from an interruption to training again; catalog default."
+    )
+
+
+class EnvVar(ApiModel):
+    """One environment variable of the training container."""
+
+    name: str = Field(min_length=1, description="Variable name.")
+    value: str | None = Field(None, description="Variable value.")
+
+
+class Toleration(ApiModel):
+    """A Kubernetes toleration for the training pods."""
+
+    key: str | None = Field(None, description="Taint key; empty with Exists matches all taints.")
+    operator: Literal["Exists", "Equal"] | None = Field(
+        None, description="Exists or Equal (default Equal)."
+    )
+    value: str | None = Field(None, description="Taint value, for Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="Taint effect to match; empty matches all."
+    )
+    toleration_seconds: int | None = Field(
+        None, description="For NoExecute: seconds the pod stays bound after the taint appears."
+    )
+
+
+class JobSpec(ApiModel):
+    """How the training job is launched."""
+
+    image: str | None = Field(None, min_length=1, description="Training container image.")
+    command: tuple[str, ...] = Field(
+        DEFAULT_COMMAND, description="Command run by torchrun; default the reference trainer."
+    )
+    args: tuple[str, ...] = Field((), description="Arguments appended to the command.")
+    env: tuple[EnvVar, ...] = Field((), description="Extra environment variables.")
+    resources: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description="Resource requests per pod besides GPUs, e.g. cpu: '32', memory: 256Gi.",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the training pods require."
+    )
+    tolerations: tuple[Toleration, ...] = Field((), description="Tolerations of the training pods.")
+    checkpoint_volume_claim: str | None = Field(
+        None, min_length=1, description="PersistentVolumeClaim mounted for checkpoints."
+    )
+    launcher: Literal["Job", "JobSet"] = Field(
+        "Job", description="Job (Indexed Job + headless Service) or JobSet."
+    )
+    framework: Literal["reference", "megatron", "torchtitan", "deepspeed"] = Field(
+        "reference", description="How the layout is passed on to the trainer."
+    )
+    queue_name: str | None = Field(
+        None, min_length=1, description="Kueue LocalQueue name (kueue.x-k8s.io/queue-name)."
+    )
+    suspend: bool = Field(False, description="Create the job suspended.")
+    metrics_port: int = Field(
+        9400, ge=1, le=65535, description="Port of the training metrics endpoint."
+    )
+
+
+class TrainingPlanSpec(ApiModel):
+    """The whole TrainingPlan spec."""
+
+    model: ModelSpec = Field(description="The model: a catalog preset or an explicit shape.")
+    data: DataSpec = Field(description="Tokens or samples per epoch, and epochs.")
+    batch: BatchSpec = Field(description="Global batch, and optionally the micro batch.")
+    hardware: HardwareSpec = Field(
+        default_factory=HardwareSpec, description="GPU type and GPUs per node."
+    )
+    objective: ObjectiveSpec = Field(
+        default_factory=ObjectiveSpec,
+        description="At most one of gpus or deadline; maxGPUs caps either.",
+    )
+    parallelism: ParallelismSpec = Field(
+        default_factory=ParallelismSpec,
+        description="Optional pins of the layout; anything left out is searched.",
+    )
+    training: TrainingSpec = Field(
+        default_factory=TrainingSpec, description="Precision, optimizer, attention kernel."
+    )
+    reliability: ReliabilitySpec = Field(
+        default_factory=ReliabilitySpec,
+        description="Checkpoint interval and cost, restarts, failure rate.",
+    )
+    job: JobSpec = Field(default_factory=JobSpec, description="How the training job runs.")
+    budget_ref: str | None = Field(
+        None, min_length=1, description="A GPUBudget in the same namespace."
+    )
+
+    @model_validator(mode="after")
+    def _check_cross_fields(self) -> Self:
+        problems = self._cross_field_problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _cross_field_problems(self) -> list[str]:
+        """Every rule between sections that this spec breaks, one message each."""
+        problems: list[str] = []
+        par, gpus = self.parallelism, self.objective.gpus
+        tensor, pipeline, data = par.tensor, par.pipeline, par.data
+        if (
+            tensor is not None
+            and pipeline is not None
+            and data is not None
+            and gpus is not None
+            and tensor * pipeline * data != gpus
+        ):
+            problems.append(
+                f"parallelism.tensor x parallelism.pipeline x parallelism.data "
+                f"({tensor} x {pipeline} x {data} = {tensor * pipeline * data}) "
+                f"must equal objective.gpus ({gpus})"
+            )
+        per_node = self.hardware.gpus_per_node
+        if gpus is not None and gpus > per_node and gpus % per_node:
+            problems.append(
+                f"objective.gpus ({gpus}) must be a multiple of hardware.gpusPerNode "
+                f"({per_node}) to fill whole nodes"
+            )
+        total, micro = self.batch.global_batch_size, self.batch.micro_batch_size
+        if data is not None:
+            if total % data:
+                problems.append(
+                    f"batch.globalBatchSize ({total}) must be divisible by "
+                    f"parallelism.data ({data})"
+                )
+            elif micro is not None and total % (micro * data):
+                problems.append(
+                    f"batch.globalBatchSize ({total}) must be divisible by batch.microBatchSize x "
+                    f"parallelism.data ({micro} x {data} = {micro * data})"
+                )
+        model = self.model
+        heads, kv_heads = model.attention_heads, model.kv_heads
+        if tensor is not None and heads is not None and heads % tensor:
+            problems.append(
+                f"model.attentionHeads ({heads}) must be divisible by parallelism.tensor ({tensor})"
+            )
+        if tensor is not None and kv_heads is not None and kv_heads % tensor and tensor % kv_heads:
+            problems.append(
+                f"model.kvHeads ({kv_heads}) and parallelism.tensor ({tensor}) must divide one "
+                f"another (key/value heads are split or replicated across tensor ranks)"
+            )
+        stages = par.virtual_pipeline_stages or 1
+        if pipeline is not None and model.layers is not None and model.layers % (pipeline * stages):
+            problems.append(
+                f"model.layers ({model.layers}) must be divisible by parallelism.pipeline x "
+                f"parallelism.virtualPipelineStages ({pipeline} x {stages} = {pipeline * stages})"
+            )
+        if par.zero_stage == 3 and pipeline is not None and pipeline > 1:
+            problems.append(
+                f"parallelism.zeroStage 3 with parallelism.pipeline > 1 (got {pipeline}) is not "
+                f"supported by the frameworks trainplan launches; use zeroStage <= 2"
+            )
+        return problems

@@ -1,0 +1,136 @@
+"""The TrainingPlan status: phase, conditions, the plan, progress and the live ETA.
+
+The progress and ETA names follow Kubeflow Trainer's `trainerStatus`. Times must carry a
+time zone; naive datetimes are rejected.
+
+Pure: pydantic and the standard library only; no I/O, no clock.
+"""
+
+from enum import StrEnum
+from typing import Literal, Self
+
+from pydantic import AwareDatetime, Field, model_validator
+
+from trainplan.api.base import ApiModel
+from trainplan.api.plan import Plan
+
+
+class Phase(StrEnum):
+    """Where a TrainingPlan is in its life."""
+
+    PENDING = "Pending"
+    PLANNED = "Planned"
+    REJECTED = "Rejected"
+    LAUNCHING = "Launching"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class ConditionType(StrEnum):
+    """The condition types trainplan writes."""
+
+    PLANNED = "Planned"
+    LAUNCHED = "Launched"
+    PROGRESSING = "Progressing"
+    DEADLINE_AT_RISK = "DeadlineAtRisk"
+    STALLED = "Stalled"
+    BUDGET_EXCEEDED = "BudgetExceeded"
+    METRICS_AVAILABLE = "MetricsAvailable"
+
+
+class Condition(ApiModel):
+    """A standard Kubernetes condition (metav1.Condition)."""
+
+    type: str = Field(min_length=1, description="Condition type, e.g. Planned, Progressing.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(min_length=1, description="CamelCase reason for the last transition.")
+    message: str = Field("", description="Human-readable details.")
+    last_transition_time: AwareDatetime = Field(
+        description="When the status last changed (with a time zone)."
+    )
+    observed_generation: int | None = Field(
+        None, ge=0, description="metadata.generation the condition was set from."
+    )
+
+
+class Progress(ApiModel):
+    """Training progress as measured in the pods."""
+
+    step: int = Field(0, ge=0, description="Last completed optimizer step.")
+    total_steps: int | None = Field(None, ge=1, description="Optimizer steps in the run.")
+    tokens: float | None = Field(None, ge=0, description="Tokens trained on so far.")
+    measured_step_seconds: float | None = Field(
+        None, ge=0, description="Measured seconds per optimizer step."
+    )
+    measured_mfu: float | None = Field(
+        None, ge=0, alias="measuredMFU", description="Measured model FLOPs utilisation."
+    )
+    last_step_time: AwareDatetime | None = Field(None, description="When the last step completed.")
+
+
+class CompletionRange(ApiModel):
+    """The likely completion window: 10th and 90th percentile."""
+
+    earliest: AwareDatetime = Field(description="10th percentile of the completion time.")
+    latest: AwareDatetime = Field(description="90th percentile of the completion time.")
+
+    @model_validator(mode="after")
+    def _check_order(self) -> Self:
+        if self.earliest > self.latest:
+            raise ValueError("earliest must not be after latest")
+        return self
+
+
+class FailureSummary(ApiModel):
+    """Interruptions seen so far."""
+
+    count: int = Field(0, ge=0, description="Interruptions so far.")
+    last_reason: str | None = Field(None, description="Reason of the last interruption.")
+    last_time: AwareDatetime | None = Field(None, description="When the last one happened.")
+    lost_seconds: float = Field(0.0, ge=0, description="Training seconds lost to interruptions.")
+
+
+class GPUHours(ApiModel):
+    """GPU-hours used so far and projected for the whole run."""
+
+    used: float = Field(0.0, ge=0, description="GPU-hours used so far.")
+    projected: float | None = Field(None, ge=0, description="GPU-hours projected at completion.")
+
+
+class TrainingPlanStatus(ApiModel):
+    """The status the operator writes on a TrainingPlan."""
+
+    phase: Phase | None = Field(None, description="Lifecycle phase.")
+    observed_generation: int | None = Field(
+        None, ge=0, description="metadata.generation last acted upon."
+    )
+    conditions: tuple[Condition, ...] = Field((), description="Standard conditions.")
+    plan: Plan | None = Field(None, description="The plan in force.")
+    job_name: str | None = Field(None, description="Name of the training Job or JobSet.")
+    start_time: AwareDatetime | None = Field(None, description="When training started.")
+    completion_time: AwareDatetime | None = Field(None, description="When training ended.")
+    progress: Progress | None = Field(None, description="Measured progress.")
+    progress_percentage: int | None = Field(
+        None, ge=0, le=100, description="Percent of the steps done (0..100)."
+    )
+    estimated_remaining_seconds: int | None = Field(
+        None, ge=0, description="Estimated seconds to completion, failures included."
+    )
+    estimated_completion_time: AwareDatetime | None = Field(
+        None, description="Estimated completion time."
+    )
+    estimated_completion_range: CompletionRange | None = Field(
+        None, description="10th to 90th percentile of the completion time."
+    )
+    failures: FailureSummary | None = Field(None, description="Interruptions so far.")
+    gpu_hours: GPUHours | None = Field(None, description="GPU-hours used and projected.")
+    last_updated_time: AwareDatetime | None = Field(
+        None, description="When this status was last revised."
+    )
+
+    def condition(self, condition_type: str) -> Condition | None:
+        """The condition of this type, or None."""
+        return next((c for c in self.conditions if c.type == condition_type), None)
