@@ -1,0 +1,1 @@
+"""Benchmarks and calibration tooling for trainplan (not shipped in the package)."""

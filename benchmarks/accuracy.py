@@ -1,0 +1,164 @@
+"""Planner accuracy against published measurements (`tests/data/`).
+
+`python -m benchmarks.accuracy` prints every row: predicted, measured, error, and the
+same for the simple baseline (6 N D at 40% MFU). The functions here are shared by the
+calibration fit and the reference-point tests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from benchmarks.reference_data import (
+    BenchmarkRow,
+    RunRow,
+    SweepRow,
+    benchmark_rows,
+    sweep_rows,
+)
+from trainplan.planner.calibration import Calibration
+from trainplan.planner.catalog import Catalog
+from trainplan.planner.flops import six_n_d_flops
+from trainplan.planner.layout import Layout, Workload
+from trainplan.planner.search import (
+    Evaluation,
+    Evaluator,
+    LayoutPins,
+    RunSettings,
+    best_at,
+    select_fastest,
+)
+from trainplan.planner.shapes import parameter_count
+from trainplan.planner.steptime import step_time
+
+BASELINE_MFU = 0.40
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One row: what the planner predicts against what was measured."""
+
+    row_id: str
+    measured: float
+    predicted: float
+    baseline: float
+    layout: str
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+    @property
+    def baseline_error(self) -> float:
+        return self.baseline / self.measured - 1.0
+
+
+def _step_run(total_steps: int = 1) -> RunSettings:
+    return RunSettings(
+        total_steps=total_steps,
+        interruptions_per_gpu_hour=0.0,
+        checkpoint_seconds=0.0,
+        restart_seconds=0.0,
+    )
+
+
+def baseline_step_seconds(workload: Workload, gpus: int) -> float:
+    """The rule of thumb: 6 N D FLOPs at 40% of the dense peak."""
+    flops = six_n_d_flops(parameter_count(workload.shape), workload.tokens_per_step)
+    return flops / (gpus * workload.gpu.peak_flops_for(workload.precision) * BASELINE_MFU)
+
+
+def best_pinned(
+    workload: Workload, gpus: int, pins: LayoutPins, calibration: Calibration
+) -> Evaluation | None:
+    """The planner's fastest layout on `gpus` GPUs under `pins`."""
+    evaluator = Evaluator(workload, calibration, _step_run())
+    return select_fastest(best_at(evaluator, gpus, pins))
+
+
+def predict_benchmarks(catalog: Catalog, calibration: Calibration) -> list[Prediction]:
+    """Every row of `published_benchmarks.csv`, with all its pins applied."""
+    predictions = []
+    for row in benchmark_rows(catalog):
+        choice = best_pinned(row.workload, row.gpus, row.pins, calibration)
+        predictions.append(_prediction(row, choice))
+    return predictions
+
+
+def _prediction(row: BenchmarkRow, choice: Evaluation | None) -> Prediction:
+    predicted = math.inf if choice is None else choice.step_seconds
+    layout = "no feasible layout" if choice is None else choice.layout.describe()
+    return Prediction(
+        row.row_id,
+        row.measured_step_seconds,
+        predicted,
+        baseline_step_seconds(row.workload, row.gpus),
+        layout,
+    )
+
+
+def predict_sweeps(catalog: Catalog, calibration: Calibration) -> list[tuple[SweepRow, float]]:
+    """Each vTrain layout, priced exactly as measured (memory is not checked: it ran)."""
+    results = []
+    for row in sweep_rows(catalog):
+        layout = _exact_layout(row)
+        results.append((row, step_time(row.workload, layout, calibration).step_seconds))
+    return results
+
+
+def _exact_layout(row: SweepRow) -> Layout:
+    pins = row.pins
+    assert pins.tensor and pins.pipeline and pins.data and pins.micro_batch_size
+    per_rank = row.workload.global_batch_size // pins.data
+    return Layout(
+        tensor=pins.tensor,
+        pipeline=pins.pipeline,
+        data=pins.data,
+        micro_batch_size=pins.micro_batch_size,
+        accumulation_steps=per_rank // pins.micro_batch_size,
+        zero_stage=0,
+        checkpointing="full",
+        sequence_parallel=False,
+        virtual_stages=1,
+    )
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties)."""
+
+    def ranks(values: Sequence[float]) -> list[float]:
+        order = sorted(range(len(values)), key=lambda i: values[i])
+        result = [0.0] * len(values)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                result[order[k]] = (i + j) / 2.0
+            i = j + 1
+        return result
+
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    vx = math.sqrt(sum((a - mx) ** 2 for a in rx))
+    vy = math.sqrt(sum((b - my) ** 2 for b in ry))
+    return cov / (vx * vy)
+
+
+def run_gpu_hours(row: RunRow, calibration: Calibration) -> tuple[float, Evaluation | None]:
+    """GPU-hours of a whole published run: the planner's own layout on the run's GPUs,
+    with its failure model."""
+    total_steps = math.ceil(row.tokens / row.workload.tokens_per_step)
+    run = RunSettings(
+        total_steps=total_steps,
+        interruptions_per_gpu_hour=calibration.interruptions_per_gpu_hour,
+        checkpoint_seconds=60.0,
+        restart_seconds=calibration.restart_seconds,
+    )
+    evaluator = Evaluator(row.workload, calibration, run)
+    choice = select_fastest(best_at(evaluator, row.gpus, LayoutPins()))
+    return (math.inf if choice is None else choice.gpu_hours), choice

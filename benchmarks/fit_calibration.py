@@ -1,0 +1,167 @@
+"""Fit the planner's efficiency constants to the published measurements.
+
+`python -m benchmarks.fit_calibration [--write]` minimises, by bounded least squares
+(scipy), the log errors of predicted step time on `published_benchmarks.csv` (every pin
+of each row applied) and of GPU-hours on `published_runs.csv`, plus, for the vTrain sweeps, each layout's log error relative to its
+model's mean (so the sweeps shape the ranking of layouts, and the benchmarks the level).
+With `--write` it stores the result in `trainplan/planner/data/calibration.yaml`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from importlib import resources
+
+import numpy as np
+import yaml
+from scipy.optimize import least_squares
+
+from benchmarks.accuracy import predict_benchmarks, predict_sweeps, run_gpu_hours
+from benchmarks.reference_data import run_rows
+from trainplan.planner.calibration import (
+    ArchitectureEfficiency,
+    Calibration,
+    calibration_to_mapping,
+    load_calibration,
+)
+from trainplan.planner.catalog import Catalog, load_catalog
+
+SWEEP_WEIGHT = 0.5
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One fitted constant: how to read it from and write it into a Calibration."""
+
+    name: str
+    low: float
+    high: float
+    get: Callable[[Calibration], float]
+    set: Callable[[Calibration, float], Calibration]
+
+
+def _arch_parameter(
+    arch: str, field: str, low: float, high: float, also: tuple[str, ...] = ()
+) -> Parameter:
+    """A per-architecture constant; `also` names architectures without measurements of
+    their own, which take the same value."""
+
+    def get(calibration: Calibration) -> float:
+        return float(getattr(calibration.architectures[arch], field))
+
+    def set_(calibration: Calibration, value: float) -> Calibration:
+        architectures = dict(calibration.architectures)
+        for name in (arch, *also):
+            entry: ArchitectureEfficiency = replace(architectures[name], **{field: value})
+            architectures[name] = entry
+        return replace(calibration, architectures=architectures)
+
+    return Parameter(f"{arch}.{field}", low, high, get, set_)
+
+
+def _parameter(field: str, low: float, high: float) -> Parameter:
+    return Parameter(
+        field,
+        low,
+        high,
+        lambda c: float(getattr(c, field)),
+        lambda c, v: replace(c, **{field: v}),
+    )
+
+
+PARAMETERS = (
+    # Only A100 and H100 have published measurements here: other architectures take the
+    # A100 values, and the H100 its own matrix-multiply efficiency.
+    _arch_parameter("ampere", "gemm_efficiency", 0.5, 0.95, also=("default",)),
+    _arch_parameter("ampere", "hbm_efficiency", 0.4, 0.95, also=("default", "hopper")),
+    _arch_parameter("ampere", "flash_attention_efficiency", 0.2, 0.8, also=("default", "hopper")),
+    _arch_parameter(
+        "ampere", "kernel_overhead_seconds_per_layer", 0.0, 0.002, also=("default", "hopper")
+    ),
+    _arch_parameter("hopper", "gemm_efficiency", 0.4, 0.95),
+    _parameter("elementwise_bytes_per_hidden", 4.0, 120.0),
+    _parameter("standard_attention_bytes_per_score", 2.0, 40.0),
+    _parameter("nvlink_efficiency", 0.3, 0.95),
+    _parameter("network_efficiency", 0.1, 0.95),
+    _parameter("collective_latency_seconds", 1e-6, 2e-4),
+    _parameter("data_parallel_overlap", 0.0, 1.0),
+    _parameter("zero3_overlap", 0.0, 1.0),
+    _parameter("pipeline_p2p_exposed", 0.0, 1.0),
+)
+
+
+def apply(calibration: Calibration, values: np.ndarray) -> Calibration:
+    for parameter, value in zip(PARAMETERS, values, strict=True):
+        calibration = parameter.set(calibration, float(value))
+    return calibration
+
+
+def residuals(catalog: Catalog, calibration: Calibration) -> np.ndarray:
+    errors = [
+        math.log(p.predicted / p.measured) if math.isfinite(p.predicted) else 3.0
+        for p in predict_benchmarks(catalog, calibration)
+    ]
+    by_model: dict[str, list[float]] = defaultdict(list)
+    for row, predicted in predict_sweeps(catalog, calibration):
+        by_model[row.model].append(math.log(predicted / row.measured_step_seconds))
+    for values in by_model.values():
+        mean = sum(values) / len(values)
+        errors += [SWEEP_WEIGHT * (v - mean) for v in values]
+    for run in run_rows(catalog):
+        gpu_hours, _ = run_gpu_hours(run, calibration)
+        errors.append(math.log(gpu_hours / run.published_gpu_hours))
+    return np.array(errors)
+
+
+def fit(catalog: Catalog, start: Calibration) -> Calibration:
+    x0 = np.array([p.get(start) for p in PARAMETERS])
+    lows = np.array([p.low for p in PARAMETERS])
+    highs = np.array([p.high for p in PARAMETERS])
+    x0 = np.clip(x0, lows + 1e-9, highs - 1e-9)
+    scale = highs - lows
+    result = least_squares(
+        lambda x: residuals(catalog, apply(start, x)),
+        x0,
+        bounds=(lows, highs),
+        x_scale=scale,
+        diff_step=1e-3,
+        max_nfev=200,
+    )
+    return apply(start, result.x)
+
+
+def _rounded(value: float) -> float:
+    return float(f"{value:.4g}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="store the fitted constants")
+    args = parser.parse_args()
+    catalog = load_catalog()
+    fitted = fit(catalog, load_calibration())
+    for parameter in PARAMETERS:
+        print(f"{parameter.name:45s} {parameter.get(fitted):.4g}")
+    if args.write:
+        document = calibration_to_mapping(fitted)
+        for entry in document["architectures"].values():
+            for key, value in entry.items():
+                entry[key] = _rounded(value)
+        for key, value in document.items():
+            if isinstance(value, float):
+                document[key] = _rounded(value)
+        path = resources.files("trainplan.planner") / "data" / "calibration.yaml"
+        header = [
+            line for line in path.read_text().splitlines(keepends=True) if line.startswith("#")
+        ]
+        with resources.as_file(path) as file:
+            file.write_text("".join(header) + yaml.safe_dump(document, sort_keys=False))
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

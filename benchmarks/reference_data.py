@@ -1,0 +1,206 @@
+"""Published measurements as planner inputs: one loader for the fit, tests and reports.
+
+Reads `tests/data/*.csv` (sources in each row) and turns every row into a `Workload`
+and the `LayoutPins` the row fixes. What a row does not state is derived from its
+source, and said here:
+
+- attention kernel: runs published before FlashAttention (Dao et al., May 2022) used
+  the materialised-score kernel: Narayanan et al. 2021, Korthikanti et al. 2022, and
+  the vTrain sweeps, which replay those Megatron-LM configurations. MosaicML's
+  llm-foundry tables and the LLaMA runs used fused attention.
+- sequence parallelism: on where the row's notes say so, else off.
+- interleaved pipeline: the chunk count where the notes give one; searched where they
+  say "interleaved" without a count; otherwise one chunk.
+- the vTrain sweeps give no vocabulary; Megatron-LM's GPT default of 51,200 is used.
+- tied embeddings: Megatron-LM's GPT and MosaicML's MPT share the input and output
+  embedding matrices; LLaMA does not.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainplan.planner.catalog import Catalog
+from trainplan.planner.layout import AttentionKernel, Checkpointing, Workload
+from trainplan.planner.search import LayoutPins
+from trainplan.planner.shapes import ModelShape
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
+_PRE_FLASH_SOURCES = ("Narayanan", "Korthikanti", "vTrain")
+_VTRAIN_VOCAB = 51200
+_UNTIED_SOURCES = ("Touvron",)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchmarkRow:
+    """A published step-time measurement with every pin the row states."""
+
+    row_id: str
+    source: str
+    workload: Workload
+    gpus: int
+    pins: LayoutPins
+    measured_step_seconds: float
+    measured_mfu: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRow:
+    """One layout of a vTrain sweep (full recompute, 1F1B, no ZeRO)."""
+
+    model: str
+    workload: Workload
+    gpus: int
+    pins: LayoutPins
+    measured_step_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """A whole published training run."""
+
+    row_id: str
+    source: str
+    workload: Workload
+    gpus: int
+    tokens: float
+    published_gpu_hours: float
+
+
+def _attention_for(source: str) -> AttentionKernel:
+    return "standard" if source.startswith(_PRE_FLASH_SOURCES) else "flash"
+
+
+def _shape(row: dict[str, str], source: str, vocab: int | None = None) -> ModelShape:
+    heads = int(row["attention_heads"])
+    hidden = int(row["hidden_size"])
+    return ModelShape(
+        layers=int(row["layers"]),
+        hidden_size=hidden,
+        attention_heads=heads,
+        kv_heads=int(row.get("kv_heads") or heads),
+        ffn_hidden_size=int(row.get("ffn_hidden_size") or 4 * hidden),
+        gated_mlp=row.get("gated_mlp", "false").strip().lower() == "true",
+        vocab_size=vocab if vocab is not None else int(row["vocab_size"]),
+        sequence_length=int(row["sequence_length"]),
+        tied_embeddings=not source.startswith(_UNTIED_SOURCES),
+    )
+
+
+def _optional_int(text: str) -> int | None:
+    return int(text) if text.strip() else None
+
+
+def _read(name: str) -> list[dict[str, str]]:
+    with (DATA_DIR / name).open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _virtual_stages(notes: str, pipeline: int) -> int | None:
+    if pipeline == 1:
+        return 1
+    match = re.search(r"interleaved pipeline \((\d+) chunks\)", notes)
+    if match:
+        return int(match.group(1))
+    return None if "interleaved" in notes else 1
+
+
+def benchmark_rows(catalog: Catalog) -> Iterator[BenchmarkRow]:
+    """Rows of `published_benchmarks.csv`."""
+    for row in _read("published_benchmarks.csv"):
+        gpus = int(row["gpus"])
+        batch = int(row["global_batch_size"])
+        seq = int(row["sequence_length"])
+        workload = Workload(
+            shape=_shape(row, row["source"]),
+            gpu=catalog.gpu(row["gpu_type"]),
+            gpus_per_node=8,
+            global_batch_size=batch,
+            attention=_attention_for(row["source"]),
+        )
+        tensor = int(row["tensor_parallel"])
+        pipeline = int(row["pipeline_parallel"])
+        pins = LayoutPins(
+            tensor=tensor,
+            pipeline=pipeline,
+            data=int(row["data_parallel"]),
+            micro_batch_size=_optional_int(row["micro_batch_size"]),
+            zero_stage=int(row["zero_stage"]),
+            checkpointing=_checkpointing(row["activation_checkpointing"]),
+            sequence_parallel=tensor > 1 and "sequence parallel" in row["notes"],
+            virtual_stages=_virtual_stages(row["notes"], pipeline),
+        )
+        if row["measured_step_seconds"].strip():
+            measured = float(row["measured_step_seconds"])
+        else:
+            tokens_per_second = float(row["measured_tokens_per_second_per_gpu"]) * gpus
+            measured = batch * seq / tokens_per_second
+        mfu = float(row["measured_mfu"]) if row["measured_mfu"].strip() else None
+        yield BenchmarkRow(row["id"], row["source"], workload, gpus, pins, measured, mfu)
+
+
+def _checkpointing(text: str) -> Checkpointing:
+    value = text.strip()
+    if value not in ("none", "selective", "full"):
+        raise ValueError(f"unknown activation_checkpointing {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def sweep_rows(catalog: Catalog) -> Iterator[SweepRow]:
+    """Rows of `vtrain_layout_sweeps_a100.csv`."""
+    gpu = catalog.gpu("A100-SXM4-80GB")
+    for row in _read("vtrain_layout_sweeps_a100.csv"):
+        workload = Workload(
+            shape=_shape(row, "vTrain", vocab=_VTRAIN_VOCAB),
+            gpu=gpu,
+            gpus_per_node=8,
+            global_batch_size=int(row["global_batch"]),
+            attention=_attention_for("vTrain"),
+        )
+        tensor = int(row["tensor_parallel"])
+        pins = LayoutPins(
+            tensor=tensor,
+            pipeline=int(row["pipeline_parallel"]),
+            data=int(row["data_parallel"]),
+            micro_batch_size=int(row["micro_batch"]),
+            zero_stage=0,
+            checkpointing="full",
+            sequence_parallel=False,
+            virtual_stages=1,
+        )
+        yield SweepRow(
+            model=f"{row['params_billion']}B",
+            workload=workload,
+            gpus=int(row["gpus"]),
+            pins=pins,
+            measured_step_seconds=float(row["iteration_ms"]) / 1000.0,
+        )
+
+
+def sweep_free_pins() -> LayoutPins:
+    """What the vTrain sweeps hold fixed; the planner chooses the rest."""
+    return LayoutPins(zero_stage=0, checkpointing="full", sequence_parallel=False, virtual_stages=1)
+
+
+def run_rows(catalog: Catalog) -> Iterator[RunRow]:
+    """Rows of `published_runs.csv`."""
+    for row in _read("published_runs.csv"):
+        workload = Workload(
+            shape=_shape(row, row["source"]),
+            gpu=catalog.gpu(row["gpu_type"]),
+            gpus_per_node=8,
+            global_batch_size=int(row["global_batch_size"]),
+            attention=_attention_for(row["source"]),
+        )
+        yield RunRow(
+            row_id=row["id"],
+            source=row["source"],
+            workload=workload,
+            gpus=int(row["gpus"]),
+            tokens=float(row["tokens"]),
+            published_gpu_hours=float(row["published_gpu_hours"]),
+        )

@@ -1,0 +1,129 @@
+"""Efficiency constants of the performance model and their loader (pure but for `load`).
+
+Every constant has a unit in its name and a documented meaning; the values live in
+`data/calibration.yaml`, fitted to published measurements by `benchmarks/fit_calibration.py`
+(data and sources in `tests/data/`). Constants per GPU architecture fall back to `default`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from importlib import resources
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass(frozen=True, slots=True)
+class ArchitectureEfficiency:
+    """Achieved fractions of a GPU architecture's datasheet peaks."""
+
+    gemm_efficiency: float
+    """Fraction of dense peak FLOP/s reached by a large matrix multiply."""
+    hbm_efficiency: float
+    """Fraction of HBM bandwidth reached by memory-bound kernels."""
+    flash_attention_efficiency: float
+    """Fraction of dense peak reached by a fused (flash) attention kernel."""
+    kernel_overhead_seconds_per_layer: float
+    """Fixed launch and synchronisation cost per transformer layer per micro-batch pass."""
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """All fitted constants of the step-time, memory and reliability models."""
+
+    architectures: Mapping[str, ArchitectureEfficiency]
+    elementwise_bytes_per_hidden: float
+    """Bytes moved per token per layer per hidden unit by norms, residuals, activations and
+    dropout in the forward pass (backward moves twice as much)."""
+    standard_attention_bytes_per_score: float
+    """Bytes moved per attention-score element (scale, mask, softmax, dropout) in the
+    forward pass of a non-fused attention (backward moves twice as much)."""
+    nvlink_efficiency: float
+    """Achieved fraction of NVLink (or PCIe) bandwidth in NCCL collectives."""
+    network_efficiency: float
+    """Achieved fraction of the per-GPU inter-node bandwidth in NCCL collectives."""
+    collective_latency_seconds: float
+    """Fixed cost of one collective step (one hop of a ring)."""
+    data_parallel_overlap: float
+    """Fraction of the gradient reduction hidden behind the backward pass (0..1)."""
+    zero3_overlap: float
+    """Fraction of ZeRO-3 parameter gathers and gradient scatters hidden behind compute."""
+    pipeline_p2p_exposed: float
+    """Fraction of pipeline point-to-point transfer time left on the critical path."""
+    optimizer_bytes_per_parameter: float
+    """HBM bytes read and written per local parameter by the optimizer step."""
+    memory_overhead_bytes: int
+    """Fixed memory per GPU: CUDA context, NCCL buffers, workspace."""
+    memory_fragmentation: float
+    """Fraction added to activation memory for allocator fragmentation."""
+    interruptions_per_gpu_hour: float
+    """Default failure rate: job interruptions per GPU-hour."""
+    restart_seconds: float
+    """Default time from an interruption to training again (reschedule, load checkpoint)."""
+
+    def architecture(self, name: str) -> ArchitectureEfficiency:
+        """The constants for `name`, or the `default` entry."""
+        return self.architectures.get(name, self.architectures["default"])
+
+
+class _ArchitectureDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    gemm_efficiency: float = Field(gt=0, le=1)
+    hbm_efficiency: float = Field(gt=0, le=1)
+    flash_attention_efficiency: float = Field(gt=0, le=1)
+    kernel_overhead_seconds_per_layer: float = Field(ge=0)
+
+
+class _CalibrationDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    architectures: dict[str, _ArchitectureDocument]
+    elementwise_bytes_per_hidden: float = Field(ge=0)
+    standard_attention_bytes_per_score: float = Field(ge=0)
+    nvlink_efficiency: float = Field(gt=0, le=1)
+    network_efficiency: float = Field(gt=0, le=1)
+    collective_latency_seconds: float = Field(ge=0)
+    data_parallel_overlap: float = Field(ge=0, le=1)
+    zero3_overlap: float = Field(ge=0, le=1)
+    pipeline_p2p_exposed: float = Field(ge=0, le=1)
+    optimizer_bytes_per_parameter: float = Field(ge=0)
+    memory_overhead_bytes: int = Field(ge=0)
+    memory_fragmentation: float = Field(ge=0, le=1)
+    interruptions_per_gpu_hour: float = Field(ge=0)
+    restart_seconds: float = Field(ge=0)
+
+
+def calibration_from_mapping(document: Mapping[str, Any]) -> Calibration:
+    """Validate a parsed calibration document (see `data/calibration.yaml`)."""
+    parsed = _CalibrationDocument.model_validate(document)
+    if "default" not in parsed.architectures:
+        raise ValueError("calibration: architectures needs a 'default' entry")
+    architectures = {
+        name: ArchitectureEfficiency(**entry.model_dump())
+        for name, entry in parsed.architectures.items()
+    }
+    values = parsed.model_dump(exclude={"architectures"})
+    return Calibration(architectures=MappingProxyType(architectures), **values)
+
+
+def calibration_to_mapping(calibration: Calibration) -> dict[str, Any]:
+    """The inverse of `calibration_from_mapping`, for writing fitted values."""
+    document: dict[str, Any] = {
+        "architectures": {
+            name: {f.name: getattr(entry, f.name) for f in fields(entry)}
+            for name, entry in calibration.architectures.items()
+        }
+    }
+    for f in fields(calibration):
+        if f.name != "architectures":
+            document[f.name] = getattr(calibration, f.name)
+    return document
+
+
+def load_calibration() -> Calibration:
+    """Read the packaged `data/calibration.yaml` (the only file this module reads)."""
+    text = (resources.files("trainplan.planner") / "data" / "calibration.yaml").read_text()
+    return calibration_from_mapping(yaml.safe_load(text))

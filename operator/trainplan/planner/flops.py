@@ -1,0 +1,83 @@
+"""Floating-point operations of one training step (pure).
+
+Counts multiply-adds as two operations. The decomposition follows Narayanan et al. 2021
+(arXiv 2104.04473, section 5.1), extended to grouped-query attention (K and V projections
+scale with kv_heads / heads) and gated MLPs (three matrices instead of two). Attention
+scores and the attention-weighted values are counted over the whole sequence, as in that
+paper, so model FLOPs and MFU agree with published figures.
+"""
+
+from __future__ import annotations
+
+from trainplan.planner.layout import Checkpointing
+from trainplan.planner.shapes import ModelShape
+
+
+def qkv_projection_flops_per_token(shape: ModelShape) -> float:
+    """Forward Q, K and V projections of one layer: 2 h (h + 2 kv_heads head_dim)."""
+    kv_width = 2 * shape.kv_heads * shape.head_dim
+    return 2.0 * shape.hidden_size * (shape.hidden_size + kv_width)
+
+
+def attention_core_flops_per_token(shape: ModelShape) -> float:
+    """Forward Q K^T and scores x V of one layer: 2 x 2 s h (Narayanan et al. 2021)."""
+    return 4.0 * shape.sequence_length * shape.hidden_size
+
+
+def output_projection_flops_per_token(shape: ModelShape) -> float:
+    """Forward attention output projection of one layer: 2 h^2."""
+    return 2.0 * shape.hidden_size * shape.hidden_size
+
+
+def mlp_flops_per_token(shape: ModelShape) -> float:
+    """Forward MLP of one layer: 2 h f per matrix; 3 matrices when gated (SwiGLU), else 2."""
+    matrices = 3 if shape.gated_mlp else 2
+    return 2.0 * matrices * shape.hidden_size * shape.ffn_hidden_size
+
+
+def layer_forward_flops_per_token(shape: ModelShape) -> float:
+    """Forward FLOPs of one transformer layer per token."""
+    return (
+        qkv_projection_flops_per_token(shape)
+        + attention_core_flops_per_token(shape)
+        + output_projection_flops_per_token(shape)
+        + mlp_flops_per_token(shape)
+    )
+
+
+def logits_forward_flops_per_token(shape: ModelShape) -> float:
+    """Forward output (logits) layer: 2 h V."""
+    return 2.0 * shape.hidden_size * shape.vocab_size
+
+
+def model_flops_per_token(shape: ModelShape) -> float:
+    """Training FLOPs per token without recomputation: 3 x forward (backward = 2 x forward).
+
+    Equals 72 L h^2 (1 + s / 6h) + 6 h V for a GPT with 4h MLP and multi-head attention,
+    Narayanan et al. 2021 eq. (3) without its recompute pass.
+    """
+    forward = shape.layers * layer_forward_flops_per_token(shape)
+    return 3.0 * (forward + logits_forward_flops_per_token(shape))
+
+
+def recompute_flops_per_token(shape: ModelShape, checkpointing: Checkpointing) -> float:
+    """Extra forward work of activation recomputation.
+
+    full: the whole layer forward again (Chen et al. 2016); selective: only the attention
+    core (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2); none: nothing.
+    """
+    if checkpointing == "full":
+        return shape.layers * layer_forward_flops_per_token(shape)
+    if checkpointing == "selective":
+        return shape.layers * attention_core_flops_per_token(shape)
+    return 0.0
+
+
+def hardware_flops_per_token(shape: ModelShape, checkpointing: Checkpointing) -> float:
+    """FLOPs the GPUs execute per token: model FLOPs plus recomputation."""
+    return model_flops_per_token(shape) + recompute_flops_per_token(shape, checkpointing)
+
+
+def six_n_d_flops(parameters: float, tokens: float) -> float:
+    """The rule of thumb C = 6 N D (Kaplan et al. 2020, arXiv 2001.08361, section 2.1)."""
+    return 6.0 * parameters * tokens

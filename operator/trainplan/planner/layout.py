@@ -1,0 +1,80 @@
+"""Execution layout and workload: the frozen inputs of every formula (pure).
+
+Three inputs stay orthogonal, after Calculon (Isaev et al., SC'23): the model shape
+(`shapes.ModelShape`), the hardware (`catalog.GPUSpec`) and the execution (`Layout`).
+`Workload` binds a shape to a GPU type and the batch and precision the user asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from trainplan.planner.catalog import GPUSpec
+from trainplan.planner.shapes import ModelShape
+
+Checkpointing = Literal["none", "selective", "full"]
+Precision = Literal["bf16", "fp16", "fp8", "fp32"]
+Optimizer = Literal["adamw", "sgd"]
+AttentionKernel = Literal["flash", "standard"]
+
+CHECKPOINTING_LEVELS: tuple[Checkpointing, ...] = ("none", "selective", "full")
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How one optimizer step is spread over GPUs.
+
+    `tensor` x `pipeline` x `data` GPUs; each data-parallel rank runs
+    `accumulation_steps` micro-batches of `micro_batch_size` sequences, so the global
+    batch is micro x data x accumulation sequences (Narayanan et al. 2021, section 2.2).
+    """
+
+    tensor: int
+    pipeline: int
+    data: int
+    micro_batch_size: int
+    accumulation_steps: int
+    zero_stage: int = 0
+    checkpointing: Checkpointing = "none"
+    sequence_parallel: bool = False
+    virtual_stages: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor * self.pipeline * self.data
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.micro_batch_size * self.data * self.accumulation_steps
+
+    def describe(self) -> str:
+        """Short human form, e.g. `TP8 PP4 DP64 mb1 ga4 ZeRO-1 sel`."""
+        parts = [f"TP{self.tensor}", f"PP{self.pipeline}", f"DP{self.data}"]
+        if self.virtual_stages > 1:
+            parts.append(f"v{self.virtual_stages}")
+        parts += [f"mb{self.micro_batch_size}", f"ga{self.accumulation_steps}"]
+        parts.append(f"ZeRO-{self.zero_stage}")
+        if self.sequence_parallel:
+            parts.append("SP")
+        parts.append(
+            {"none": "no-ckpt", "selective": "sel-ckpt", "full": "full-ckpt"}[self.checkpointing]
+        )
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """What is trained and on what: everything but the layout."""
+
+    shape: ModelShape
+    gpu: GPUSpec
+    gpus_per_node: int
+    global_batch_size: int
+    precision: Precision = "bf16"
+    optimizer: Optimizer = "adamw"
+    attention: AttentionKernel = "flash"
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.shape.sequence_length

@@ -1,0 +1,202 @@
+"""Memory per GPU of a layout (pure).
+
+Model states follow Rajbhandari et al. 2020 (ZeRO, arXiv 1910.02054, section 3.1): with
+mixed-precision AdamW each parameter holds 2 bytes of weights, 4 of fp32 gradients and 12
+of optimizer state (fp32 master copy, momentum, variance), Megatron-LM's default; ZeRO
+stages 1, 2 and 3 shard the optimizer state, then gradients, then weights over the
+data-parallel ranks. Activations per layer follow Korthikanti et al. 2022 (arXiv
+2205.05198, section 4, Table 2), generalised to grouped-query attention, gated MLPs and
+fused (flash) attention, which stores no score matrix (Dao et al. 2022, arXiv 2205.14135).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainplan.planner.calibration import Calibration
+from trainplan.planner.layout import Layout, Precision, Workload
+from trainplan.planner.shapes import (
+    ModelShape,
+    embedding_parameter_count,
+    layer_parameter_count,
+)
+
+_MASK_BYTES = 1  # dropout masks are stored as one byte per element
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    """Bytes per GPU on the most loaded pipeline stage."""
+
+    capacity_bytes: int
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    logits_bytes: int
+    overhead_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.logits_bytes
+            + self.overhead_bytes
+        )
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+    @property
+    def model_state_bytes(self) -> int:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StateBytesPerParameter:
+    """Bytes per parameter of weights, gradients and optimizer state."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+
+def state_bytes_per_parameter(precision: Precision, optimizer: str) -> StateBytesPerParameter:
+    """Per-parameter model-state bytes (ZeRO paper, section 3.1).
+
+    Mixed precision (bf16, fp16): 2 + 4 + 12 for AdamW, 2 + 4 + 8 for SGD with momentum
+    (master copy and momentum). fp8 keeps bf16 weights plus a 1-byte fp8 copy. fp32: 4 + 4
+    and two fp32 moments (AdamW) or one (SGD).
+    """
+    if precision == "fp32":
+        return StateBytesPerParameter(4.0, 4.0, 8.0 if optimizer == "adamw" else 4.0)
+    weights = 3.0 if precision == "fp8" else 2.0
+    return StateBytesPerParameter(weights, 4.0, 12.0 if optimizer == "adamw" else 8.0)
+
+
+def activation_element_bytes(precision: Precision) -> int:
+    """Bytes per stored activation element: 4 in fp32, else 2 (fp8 GEMMs keep bf16 I/O)."""
+    return 4 if precision == "fp32" else 2
+
+
+def stage_parameter_count(shape: ModelShape, layout: Layout) -> float:
+    """Parameters held by one GPU of the most loaded pipeline stage, before ZeRO sharding.
+
+    Layers split evenly over pipeline stages; the input embedding sits on the first stage
+    and the output matrix on the last (with tied embeddings and more than one stage, the
+    last stage keeps its own copy, as Megatron-LM does); tensor parallelism splits both.
+    """
+    layers_per_stage = shape.layers / layout.pipeline
+    matrix = float(shape.vocab_size * shape.hidden_size)
+    edge = embedding_parameter_count(shape) if layout.pipeline == 1 else matrix
+    return (layers_per_stage * layer_parameter_count(shape) + edge) / layout.tensor
+
+
+def layer_activation_bytes_per_token(
+    shape: ModelShape, layout: Layout, precision: Precision, attention: str
+) -> float:
+    """Activation bytes one layer stores per token on one GPU, no recomputation.
+
+    Korthikanti et al. 2022, eq. (1)-(2): 34 s b h + 5 a s^2 b bytes per layer for a GPT
+    with 4h MLP, of which 10 s b h lie outside the tensor-parallel region (split by t only
+    with sequence parallelism), 24 s b h inside it and 5 a s^2 b in the score matrix.
+    """
+    e = activation_element_bytes(precision)
+    h = shape.hidden_size
+    f = shape.ffn_hidden_size
+    kv_ratio = shape.kv_heads / shape.attention_heads
+    t = layout.tensor
+    # Two norm inputs, attention and MLP inputs, two dropout masks.
+    outside = (4 * e) * h + 2 * _MASK_BYTES * h
+    attention_block = e * h * (2 + 2 * kv_ratio)  # Q, K, V and the output projection input
+    mlp_block = e * f * (3 if shape.gated_mlp else 2)
+    inside = attention_block + mlp_block
+    scores = 0.0
+    if attention == "standard":
+        # softmax output, dropout mask and dropout output per score element
+        scores = shape.attention_heads * shape.sequence_length * (2 * e + _MASK_BYTES)
+    outside_share = outside / t if layout.sequence_parallel else outside
+    return outside_share + inside / t + scores / t
+
+
+def checkpointed_layer_bytes_per_token(
+    shape: ModelShape, layout: Layout, precision: Precision, attention: str
+) -> float:
+    """Bytes one layer keeps per token between forward and backward under `layout`."""
+    if layout.checkpointing == "full":
+        e = activation_element_bytes(precision)
+        stored = e * shape.hidden_size  # the layer input only
+        return stored / layout.tensor if layout.sequence_parallel else stored
+    full = layer_activation_bytes_per_token(shape, layout, precision, attention)
+    if layout.checkpointing == "selective" and attention == "standard":
+        e = activation_element_bytes(precision)
+        scores = shape.attention_heads * shape.sequence_length * (2 * e + _MASK_BYTES)
+        return full - scores / layout.tensor
+    return full
+
+
+def in_flight_layer_passes(shape: ModelShape, layout: Layout) -> float:
+    """Layer activations alive at once on the first stage under 1F1B.
+
+    The first stage holds p micro-batches of L/p layers (Korthikanti et al. 2022, section
+    4.2.3), fewer when there are fewer micro-batches; interleaving with v chunks adds a
+    factor 1 + (p - 1) / (p v).
+    """
+    p = layout.pipeline
+    micro_batches = min(p, layout.accumulation_steps)
+    interleave = 1.0 + (p - 1) / (p * layout.virtual_stages) if layout.virtual_stages > 1 else 1.0
+    return shape.layers / p * micro_batches * interleave
+
+
+def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration) -> MemoryEstimate:
+    """Peak memory per GPU of `layout` on the most loaded stage."""
+    shape = workload.shape
+    state = state_bytes_per_parameter(workload.precision, workload.optimizer)
+    params = stage_parameter_count(shape, layout)
+    d = layout.data
+    weights = params * state.weights / (d if layout.zero_stage >= 3 else 1)
+    gradients = params * state.gradients / (d if layout.zero_stage >= 2 else 1)
+    optimizer = params * state.optimizer / (d if layout.zero_stage >= 1 else 1)
+
+    tokens = layout.micro_batch_size * shape.sequence_length
+    per_layer = checkpointed_layer_bytes_per_token(
+        shape, layout, workload.precision, workload.attention
+    )
+    activations = per_layer * tokens * in_flight_layer_passes(shape, layout)
+    rebuilt = 0.0
+    if layout.checkpointing != "none":
+        # One layer's full activations are rebuilt during its backward pass.
+        rebuilt = tokens * layer_activation_bytes_per_token(
+            shape, layout, workload.precision, workload.attention
+        )
+        activations += rebuilt
+    last_stage_activations = per_layer * tokens * shape.layers / layout.pipeline + rebuilt
+
+    e = activation_element_bytes(workload.precision)
+    # Logits in the compute type plus their fp32 softmax copy, for one micro-batch. They are
+    # freed before the first recomputed layer's backward, so the two share one peak: only
+    # what the logits need beyond the rebuilt layer counts.
+    logits = max(0.0, tokens * shape.vocab_size / layout.tensor * (e + 4) - rebuilt)
+    if layout.pipeline > 1 and last_stage_activations + logits < activations:
+        logits = 0.0  # the first stage, without logits, is the most loaded
+
+    gathered = 0.0
+    if layout.zero_stage >= 3:
+        # ZeRO-3 materialises the current and the prefetched layer in full.
+        gathered = 2 * layer_parameter_count(shape) / layout.tensor * state.weights
+    overhead = (
+        calibration.memory_overhead_bytes + calibration.memory_fragmentation * activations
+    ) + gathered
+    return MemoryEstimate(
+        capacity_bytes=workload.gpu.memory_bytes,
+        weights_bytes=round(weights),
+        gradients_bytes=round(gradients),
+        optimizer_bytes=round(optimizer),
+        activations_bytes=round(activations),
+        logits_bytes=round(logits),
+        overhead_bytes=round(overhead),
+    )

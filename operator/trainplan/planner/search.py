@@ -1,0 +1,340 @@
+"""Layout search: generate candidate layouts, evaluate each, select by objective (pure).
+
+Three separate steps, as in Calculon's search (Isaev et al., SC'23): `generate_layouts`
+enumerates what is legal for a GPU count (tensor degree dividing the heads, pipeline
+degree dividing the layers, micro-batch dividing the per-rank batch, ZeRO stage,
+recomputation level), `Evaluator.evaluate` prices one layout, and the `select_*`
+functions pick by objective.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+from trainplan.planner.calibration import Calibration
+from trainplan.planner.flops import model_flops_per_token
+from trainplan.planner.layout import CHECKPOINTING_LEVELS, Checkpointing, Layout, Workload
+from trainplan.planner.memory import MemoryEstimate, estimate_memory
+from trainplan.planner.reliability import ReliabilityEstimate, estimate_reliability
+from trainplan.planner.steptime import StepTime, step_time
+
+_MAX_VIRTUAL_STAGES = 8
+_MAX_MICRO_BATCH = 64
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutPins:
+    """Degrees the user fixed; `None` means searched."""
+
+    tensor: int | None = None
+    pipeline: int | None = None
+    data: int | None = None
+    virtual_stages: int | None = None
+    micro_batch_size: int | None = None
+    zero_stage: int | None = None
+    checkpointing: Checkpointing | None = None
+    sequence_parallel: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """Whole-run inputs of the evaluation besides the workload."""
+
+    total_steps: int
+    interruptions_per_gpu_hour: float
+    checkpoint_seconds: float
+    restart_seconds: float
+    checkpoint_interval_steps: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """One priced layout. `step` and `reliability` are None when it does not fit."""
+
+    layout: Layout
+    memory: MemoryEstimate
+    step: StepTime | None
+    reliability: ReliabilityEstimate | None
+    model_flops_per_step: float
+    peak_flops_per_gpu: float
+
+    @property
+    def feasible(self) -> bool:
+        return (
+            self.memory.fits
+            and self.step is not None
+            and self.reliability is not None
+            and self.reliability.feasible
+        )
+
+    @property
+    def step_seconds(self) -> float:
+        return math.inf if self.step is None else self.step.step_seconds
+
+    @property
+    def duration_seconds(self) -> float:
+        return math.inf if self.reliability is None else self.reliability.duration_seconds
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.layout.gpus * self.duration_seconds / 3600.0
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs (no recompute) over the dense peak of all GPUs during a step."""
+        if self.step is None:
+            return 0.0
+        return self.model_flops_per_step / (
+            self.layout.gpus * self.peak_flops_per_gpu * self.step.step_seconds
+        )
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of n, ascending."""
+    small = [i for i in range(1, math.isqrt(n) + 1) if n % i == 0]
+    return sorted({*small, *(n // i for i in small)})
+
+
+def tensor_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
+    """Tensor degrees: a pin, or divisors of the GPUs per node that split the heads."""
+    if pins.tensor is not None:
+        return [pins.tensor]
+    shape = workload.shape
+    return [
+        t
+        for t in divisors(workload.gpus_per_node)
+        if shape.attention_heads % t == 0 and (shape.kv_heads % t == 0 or t % shape.kv_heads == 0)
+    ]
+
+
+def pipeline_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
+    """Pipeline degrees: a pin, or divisors of the layer count."""
+    if pins.pipeline is not None:
+        return [pins.pipeline]
+    return divisors(workload.shape.layers)
+
+
+def data_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
+    """Data-parallel degrees: a pin, or divisors of the global batch."""
+    if pins.data is not None:
+        return [pins.data]
+    return divisors(workload.global_batch_size)
+
+
+def is_whole_nodes(gpus: int, gpus_per_node: int) -> bool:
+    """A job uses part of one node or whole nodes."""
+    return gpus <= gpus_per_node or gpus % gpus_per_node == 0
+
+
+def candidate_gpu_counts(workload: Workload, pins: LayoutPins, max_gpus: int) -> list[int]:
+    """Every GPU count up to `max_gpus` that some legal (tensor, pipeline, data) reaches."""
+    counts = {
+        t * p * d
+        for t in tensor_degrees(workload, pins)
+        for p in pipeline_degrees(workload, pins)
+        for d in data_degrees(workload, pins)
+        if t * p * d <= max_gpus
+    }
+    return sorted(c for c in counts if is_whole_nodes(c, workload.gpus_per_node))
+
+
+def generate_layouts(workload: Workload, gpus: int, pins: LayoutPins) -> Iterator[Layout]:
+    """Every legal layout on exactly `gpus` GPUs that respects `pins`.
+
+    Micro-batches come in ascending size, so that a caller may stop at the first that
+    does not fit (memory never falls as the micro-batch grows).
+    """
+    shape = workload.shape
+    batch = workload.global_batch_size
+    for t in tensor_degrees(workload, pins):
+        if gpus % t:
+            continue
+        for p in pipeline_degrees(workload, pins):
+            if (gpus // t) % p or shape.layers % p:
+                continue
+            d = gpus // (t * p)
+            if (pins.data is not None and d != pins.data) or batch % d:
+                continue
+            per_rank = batch // d
+            for zero in _zero_stages(p, d, pins):
+                for checkpointing in _checkpointing_levels(workload, pins):
+                    for sp in _sequence_parallel(t, pins):
+                        for v in _virtual_stages(shape.layers, p, pins):
+                            for b in _micro_batches(per_rank, pins):
+                                m = per_rank // b
+                                if v > 1 and m % p:
+                                    continue
+                                yield Layout(
+                                    tensor=t,
+                                    pipeline=p,
+                                    data=d,
+                                    micro_batch_size=b,
+                                    accumulation_steps=m,
+                                    zero_stage=zero,
+                                    checkpointing=checkpointing,
+                                    sequence_parallel=sp,
+                                    virtual_stages=v,
+                                )
+
+
+def _zero_stages(p: int, d: int, pins: LayoutPins) -> list[int]:
+    if pins.zero_stage is not None:
+        return [pins.zero_stage]
+    if d == 1:
+        return [0]
+    return [0, 1, 2] if p > 1 else [0, 1, 2, 3]
+
+
+def _checkpointing_levels(workload: Workload, pins: LayoutPins) -> list[Checkpointing]:
+    if pins.checkpointing is not None:
+        return [pins.checkpointing]
+    if workload.attention == "flash":
+        # A fused kernel stores no scores, so selective recompute saves nothing.
+        return ["none", "full"]
+    return list(CHECKPOINTING_LEVELS)
+
+
+def _sequence_parallel(t: int, pins: LayoutPins) -> list[bool]:
+    if t == 1:
+        return [False]
+    if pins.sequence_parallel is not None:
+        return [pins.sequence_parallel]
+    return [True]  # same traffic as plain tensor parallelism, less memory and work
+
+
+def _virtual_stages(layers: int, p: int, pins: LayoutPins) -> list[int]:
+    if p == 1:
+        return [1]
+    if pins.virtual_stages is not None:
+        return [pins.virtual_stages]
+    per_stage = layers // p
+    return [v for v in divisors(per_stage) if v <= _MAX_VIRTUAL_STAGES]
+
+
+def _micro_batches(per_rank: int, pins: LayoutPins) -> list[int]:
+    if pins.micro_batch_size is not None:
+        return [pins.micro_batch_size] if per_rank % pins.micro_batch_size == 0 else []
+    return [b for b in divisors(per_rank) if b <= _MAX_MICRO_BATCH]
+
+
+@dataclass
+class Evaluator:
+    """Prices layouts of one workload; keeps a memo of step times for this search only."""
+
+    workload: Workload
+    calibration: Calibration
+    run: RunSettings
+    _steps: dict[Layout, StepTime] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        shape = self.workload.shape
+        self._model_flops_per_step = model_flops_per_token(shape) * self.workload.tokens_per_step
+        self._peak = self.workload.gpu.peak_flops_for(self.workload.precision)
+
+    def memory(self, layout: Layout) -> MemoryEstimate:
+        return estimate_memory(self.workload, layout, self.calibration)
+
+    def evaluate(self, layout: Layout, *, memory: MemoryEstimate | None = None) -> Evaluation:
+        """Price `layout`; step time and duration only when it fits in memory."""
+        memory = memory if memory is not None else self.memory(layout)
+        step: StepTime | None = None
+        reliability: ReliabilityEstimate | None = None
+        if memory.fits:
+            step = self._steps.get(layout)
+            if step is None:
+                step = step_time(self.workload, layout, self.calibration)
+                self._steps[layout] = step
+            reliability = estimate_reliability(
+                compute_seconds=step.step_seconds * self.run.total_steps,
+                step_seconds=step.step_seconds,
+                total_steps=self.run.total_steps,
+                gpus=layout.gpus,
+                interruptions_per_gpu_hour=self.run.interruptions_per_gpu_hour,
+                checkpoint_seconds=self.run.checkpoint_seconds,
+                restart_seconds=self.run.restart_seconds,
+                checkpoint_interval_steps=self.run.checkpoint_interval_steps,
+            )
+        return Evaluation(
+            layout=layout,
+            memory=memory,
+            step=step,
+            reliability=reliability,
+            model_flops_per_step=self._model_flops_per_step,
+            peak_flops_per_gpu=self._peak,
+        )
+
+    def evaluate_all(self, layouts: Iterable[Layout]) -> list[Evaluation]:
+        """Evaluate layouts; once a micro-batch does not fit, skip the larger ones of the
+        same layout (memory grows with the micro-batch)."""
+        results: list[Evaluation] = []
+        too_big: set[Layout] = set()
+        for layout in layouts:
+            key = replace(layout, micro_batch_size=0, accumulation_steps=0)
+            if key in too_big:
+                continue
+            evaluation = self.evaluate(layout)
+            if not evaluation.memory.fits:
+                too_big.add(key)
+            results.append(evaluation)
+        return results
+
+
+def rank_key(evaluation: Evaluation) -> tuple[float, int, float]:
+    """Order of preference: shortest run, then fewer GPUs, then less memory."""
+    return (evaluation.duration_seconds, evaluation.layout.gpus, evaluation.memory.total_bytes)
+
+
+def feasible_sorted(evaluations: Iterable[Evaluation]) -> list[Evaluation]:
+    """Feasible evaluations, best first."""
+    return sorted((e for e in evaluations if e.feasible), key=rank_key)
+
+
+def select_fastest(evaluations: Iterable[Evaluation]) -> Evaluation | None:
+    """The feasible evaluation with the shortest run (ties: fewer GPUs, less memory)."""
+    ranked = feasible_sorted(evaluations)
+    return ranked[0] if ranked else None
+
+
+def best_at(evaluator: Evaluator, gpus: int, pins: LayoutPins) -> list[Evaluation]:
+    """All evaluations on exactly `gpus` GPUs, in generation order."""
+    return evaluator.evaluate_all(generate_layouts(evaluator.workload, gpus, pins))
+
+
+def select_fewest_gpus_for_deadline(
+    evaluator: Evaluator, counts: list[int], pins: LayoutPins, deadline_seconds: float
+) -> tuple[Evaluation | None, dict[int, list[Evaluation]]]:
+    """The smallest GPU count whose best plan finishes by the deadline.
+
+    Binary search over the candidate counts, assuming more GPUs never make the best plan
+    slower; the few counts just below the answer are checked too, since batch
+    divisibility can make that assumption fail locally. Returns the choice and every
+    count it evaluated.
+    """
+    seen: dict[int, list[Evaluation]] = {}
+
+    def best(count: int) -> Evaluation | None:
+        if count not in seen:
+            seen[count] = best_at(evaluator, count, pins)
+        return select_fastest(seen[count])
+
+    def meets(count: int) -> bool:
+        choice = best(count)
+        return choice is not None and choice.duration_seconds <= deadline_seconds
+
+    low, high = 0, len(counts) - 1
+    if high < 0 or not meets(counts[high]):
+        return None, seen
+    while low < high:
+        middle = (low + high) // 2
+        if meets(counts[middle]):
+            high = middle
+        else:
+            low = middle + 1
+    answer = low
+    for index in range(max(0, low - 3), low):
+        if meets(counts[index]):
+            answer = index
+            break
+    return best(counts[answer]), seen

@@ -1,0 +1,325 @@
+"""Time of one optimizer step for a layout (pure).
+
+A step is the 1F1B pipeline schedule of Narayanan et al. 2021 (arXiv 2104.04473, section
+2.2): m micro-batches through p stages take (m + (p - 1) / v) times the time of one
+micro-batch on the slowest stage (v interleaved chunks per stage), plus what the
+gradient reduction, point-to-point transfers and the optimizer step leave exposed.
+
+Kernel time is an additive roofline (Williams et al. 2009): FLOPs at an achieved
+fraction of the dense peak plus HBM bytes at an achieved fraction of the bandwidth, so
+the efficiency of a matrix multiply depends on its shape rather than on one global MFU.
+Collectives use the ring cost 2 (n - 1) / n x bytes / bandwidth for an all-reduce
+(Patarasuk and Yuan 2009) plus a latency per ring step; a group spanning nodes uses the
+network ports of its members in each node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainplan.planner.calibration import ArchitectureEfficiency, Calibration
+from trainplan.planner.layout import Layout, Workload
+from trainplan.planner.memory import (
+    activation_element_bytes,
+    stage_parameter_count,
+    state_bytes_per_parameter,
+)
+from trainplan.planner.shapes import ModelShape
+
+_FLASH_CAUSAL_FRACTION = 0.5  # a causal fused kernel skips the masked half of the scores
+_FLASH_BACKWARD_RATIO = 2.5  # flash backward recomputes the scores: 2.5 x forward FLOPs
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    """Seconds of one optimizer step and where they go."""
+
+    compute_seconds: float
+    tensor_comm_seconds: float
+    pipeline_bubble_seconds: float
+    pipeline_comm_seconds: float
+    data_comm_seconds: float
+    optimizer_seconds: float
+
+    @property
+    def step_seconds(self) -> float:
+        return (
+            self.compute_seconds
+            + self.tensor_comm_seconds
+            + self.pipeline_bubble_seconds
+            + self.pipeline_comm_seconds
+            + self.data_comm_seconds
+            + self.optimizer_seconds
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Device:
+    """Achieved rates of one GPU for one precision."""
+
+    flops_per_second: float
+    hbm_bytes_per_second: float
+    flash_flops_per_second: float
+    kernel_overhead_seconds: float
+
+
+def _device(workload: Workload, calibration: Calibration) -> _Device:
+    arch: ArchitectureEfficiency = calibration.architecture(workload.gpu.architecture)
+    peak = workload.gpu.peak_flops_for(workload.precision)
+    hbm = workload.gpu.hbm_bandwidth_bytes_per_second
+    return _Device(
+        flops_per_second=peak * arch.gemm_efficiency,
+        hbm_bytes_per_second=hbm * arch.hbm_efficiency,
+        flash_flops_per_second=peak * arch.flash_attention_efficiency,
+        kernel_overhead_seconds=arch.kernel_overhead_seconds_per_layer,
+    )
+
+
+def gemm_seconds(device: _Device, m: float, n: float, k: float, element_bytes: int) -> float:
+    """Forward time of an (m x k) by (k x n) matrix multiply: compute plus operand traffic."""
+    flops = 2.0 * m * n * k
+    traffic = element_bytes * (m * k + k * n + m * n)
+    return flops / device.flops_per_second + traffic / device.hbm_bytes_per_second
+
+
+@dataclass(frozen=True, slots=True)
+class LayerPassSeconds:
+    """One layer, one micro-batch, on one GPU: forward and backward kernel time."""
+
+    forward_seconds: float
+    attention_forward_seconds: float
+    backward_seconds: float
+
+
+def layer_pass_seconds(
+    workload: Workload, layout: Layout, calibration: Calibration
+) -> LayerPassSeconds:
+    """Kernel time of one transformer layer for one micro-batch on one GPU."""
+    shape = workload.shape
+    device = _device(workload, calibration)
+    e = activation_element_bytes(workload.precision)
+    t = layout.tensor
+    tokens = layout.micro_batch_size * shape.sequence_length
+    h = shape.hidden_size
+    f = shape.ffn_hidden_size
+    qkv_width = h + 2 * shape.kv_heads * shape.head_dim
+    up_width = f * (2 if shape.gated_mlp else 1)
+
+    gemms = (
+        gemm_seconds(device, tokens, qkv_width / t, h, e)
+        + gemm_seconds(device, tokens, h, h / t, e)
+        + gemm_seconds(device, tokens, up_width / t, h, e)
+        + gemm_seconds(device, tokens, h, f / t, e)
+    )
+    heads_per_gpu = shape.attention_heads / t
+    score_elements = layout.micro_batch_size * heads_per_gpu * shape.sequence_length**2
+    if workload.attention == "flash":
+        core_flops = 4.0 * tokens * shape.sequence_length * h / t * _FLASH_CAUSAL_FRACTION
+        attention_forward = core_flops / device.flash_flops_per_second
+        attention_backward = _FLASH_BACKWARD_RATIO * attention_forward
+    else:
+        batches = layout.micro_batch_size * heads_per_gpu
+        per_head = 2 * gemm_seconds(
+            device, shape.sequence_length, shape.sequence_length, shape.head_dim, e
+        )
+        softmax = (
+            score_elements
+            * calibration.standard_attention_bytes_per_score
+            / device.hbm_bytes_per_second
+        )
+        attention_forward = batches * per_head + softmax
+        attention_backward = 2.0 * attention_forward
+
+    hidden_share = h / t if layout.sequence_parallel else h
+    elementwise_bytes = tokens * (
+        calibration.elementwise_bytes_per_hidden * hidden_share
+        + e * (f / t) * (3 if shape.gated_mlp else 2)
+    )
+    elementwise = elementwise_bytes / device.hbm_bytes_per_second
+    forward = gemms + attention_forward + elementwise + device.kernel_overhead_seconds
+    backward = 2.0 * (gemms + elementwise + device.kernel_overhead_seconds) + attention_backward
+    return LayerPassSeconds(
+        forward_seconds=forward,
+        attention_forward_seconds=attention_forward,
+        backward_seconds=backward,
+    )
+
+
+def logits_pass_seconds(workload: Workload, layout: Layout, calibration: Calibration) -> float:
+    """Output layer and cross-entropy, forward and backward, one micro-batch on one GPU."""
+    shape = workload.shape
+    device = _device(workload, calibration)
+    e = activation_element_bytes(workload.precision)
+    tokens = layout.micro_batch_size * shape.sequence_length
+    vocab_share = shape.vocab_size / layout.tensor
+    gemm = gemm_seconds(device, tokens, vocab_share, shape.hidden_size, e)
+    # Softmax cross-entropy reads and writes fp32 logits forward and backward.
+    loss = tokens * vocab_share * 4 * 4 / device.hbm_bytes_per_second
+    return 3.0 * gemm + loss
+
+
+def collective_bandwidth_bytes_per_second(
+    workload: Workload, group_size: int, members_per_node: int, calibration: Calibration
+) -> float:
+    """Achieved per-GPU bandwidth of a collective over a group.
+
+    Inside one node: NVLink (or PCIe). Across nodes: the network ports of the group's
+    members in each node work in parallel (hierarchical rings, one per port), capped by
+    the intra-node link.
+    """
+    gpu = workload.gpu
+    intra = gpu.nvlink_bandwidth_bytes_per_second * calibration.nvlink_efficiency
+    if group_size <= members_per_node:
+        return intra
+    inter = members_per_node * gpu.network_bandwidth_bytes_per_second
+    return min(intra, inter * calibration.network_efficiency)
+
+
+def all_reduce_seconds(
+    size_bytes: float, group_size: int, bandwidth: float, calibration: Calibration
+) -> float:
+    """Ring all-reduce: 2 (n - 1) / n x bytes / bandwidth + 2 (n - 1) latencies."""
+    if group_size <= 1:
+        return 0.0
+    steps = 2 * (group_size - 1)
+    return (
+        steps / group_size * size_bytes / bandwidth + steps * calibration.collective_latency_seconds
+    )
+
+
+def _tensor_members_per_node(workload: Workload, layout: Layout) -> int:
+    return min(layout.tensor, workload.gpus_per_node)
+
+
+def _data_members_per_node(workload: Workload, layout: Layout) -> int:
+    # Ranks are ordered tensor fastest, then data, then pipeline (Megatron-LM's order).
+    return max(1, min(layout.data, workload.gpus_per_node // layout.tensor))
+
+
+def tensor_comm_seconds_per_layer_pass(
+    workload: Workload, layout: Layout, calibration: Calibration
+) -> float:
+    """Tensor-parallel collectives of one layer, one micro-batch, forward and backward.
+
+    Two all-reduces forward and two backward (Shoeybi et al. 2019, arXiv 1909.08053,
+    Figure 4), two more when the forward is recomputed; with sequence parallelism each is
+    an all-gather plus a reduce-scatter of the same total volume (Korthikanti et al. 2022).
+    """
+    t = layout.tensor
+    if t == 1:
+        return 0.0
+    shape = workload.shape
+    tokens = layout.micro_batch_size * shape.sequence_length
+    size = tokens * shape.hidden_size * activation_element_bytes(workload.precision)
+    bandwidth = collective_bandwidth_bytes_per_second(
+        workload, t, _tensor_members_per_node(workload, layout), calibration
+    )
+    count = 6 if layout.checkpointing == "full" else 4
+    return count * all_reduce_seconds(size, t, bandwidth, calibration)
+
+
+def pipeline_transfer_seconds(
+    workload: Workload, layout: Layout, calibration: Calibration
+) -> float:
+    """One activation transfer between stages, split over the tensor ranks (scatter-gather,
+    Narayanan et al. 2021, section 4.1)."""
+    shape = workload.shape
+    tokens = layout.micro_batch_size * shape.sequence_length
+    size = tokens * shape.hidden_size * activation_element_bytes(workload.precision) / layout.tensor
+    same_node = layout.tensor * layout.data < workload.gpus_per_node
+    link = (
+        workload.gpu.nvlink_bandwidth_bytes_per_second * calibration.nvlink_efficiency
+        if same_node
+        else workload.gpu.network_bandwidth_bytes_per_second * calibration.network_efficiency
+    )
+    return size / link + calibration.collective_latency_seconds
+
+
+def data_comm_seconds(
+    workload: Workload,
+    layout: Layout,
+    calibration: Calibration,
+    backward_seconds_per_micro_batch: float,
+) -> float:
+    """Exposed gradient reduction (ZeRO 0-2) or parameter gathers and gradient scatters
+    (ZeRO-3) per step.
+
+    ZeRO 0 all-reduces fp32 gradients; stages 1 and 2 reduce-scatter them and all-gather
+    updated weights; stage 3 gathers weights forward and backward and reduce-scatters
+    gradients for every micro-batch (Rajbhandari et al. 2020, section 7).
+    """
+    d = layout.data
+    if d == 1:
+        return 0.0
+    state = state_bytes_per_parameter(workload.precision, workload.optimizer)
+    params = stage_parameter_count(workload.shape, layout)
+    bandwidth = collective_bandwidth_bytes_per_second(
+        workload, d, _data_members_per_node(workload, layout), calibration
+    )
+    share = (d - 1) / d
+    latency = 2 * (d - 1) * calibration.collective_latency_seconds
+    if layout.zero_stage >= 3:
+        weights = params * state.weights
+        per_micro_batch = (
+            share * (2 * weights + params * state.gradients) / bandwidth + 1.5 * latency
+        )
+        hidden = calibration.zero3_overlap * 3.0 * backward_seconds_per_micro_batch / 2.0
+        return layout.accumulation_steps * max(0.0, per_micro_batch - hidden)
+    if layout.zero_stage >= 1:
+        volume = share * params * (state.gradients + state.weights)
+    else:
+        volume = 2 * share * params * state.gradients
+    reduction = volume / bandwidth + latency
+    hidden = calibration.data_parallel_overlap * backward_seconds_per_micro_batch
+    return max(reduction * (1 - calibration.data_parallel_overlap), reduction - hidden)
+
+
+def optimizer_seconds(workload: Workload, layout: Layout, calibration: Calibration) -> float:
+    """The optimizer update: memory-bound over the local (ZeRO-sharded) parameters."""
+    params = stage_parameter_count(workload.shape, layout)
+    if layout.zero_stage >= 1:
+        params /= layout.data
+    arch = calibration.architecture(workload.gpu.architecture)
+    bandwidth = workload.gpu.hbm_bandwidth_bytes_per_second * arch.hbm_efficiency
+    return params * calibration.optimizer_bytes_per_parameter / bandwidth
+
+
+def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> StepTime:
+    """Seconds of one optimizer step under `layout`."""
+    shape: ModelShape = workload.shape
+    layer = layer_pass_seconds(workload, layout, calibration)
+    recompute = 0.0
+    if layout.checkpointing == "full":
+        recompute = layer.forward_seconds
+    elif layout.checkpointing == "selective":
+        recompute = layer.attention_forward_seconds
+    layers_per_stage = shape.layers / layout.pipeline
+    stage_compute = layers_per_stage * (
+        layer.forward_seconds + layer.backward_seconds + recompute
+    ) + logits_pass_seconds(workload, layout, calibration)
+    stage_tensor = layers_per_stage * tensor_comm_seconds_per_layer_pass(
+        workload, layout, calibration
+    )
+    m = layout.accumulation_steps
+    p = layout.pipeline
+    v = layout.virtual_stages
+    bubble = (p - 1) / v * (stage_compute + stage_tensor)
+
+    p2p = 0.0
+    if p > 1:
+        transfers = 2 * v * (m + p - 1)
+        p2p = (
+            calibration.pipeline_p2p_exposed
+            * transfers
+            * pipeline_transfer_seconds(workload, layout, calibration)
+        )
+    backward_per_micro_batch = layers_per_stage * (layer.backward_seconds + recompute)
+    data = data_comm_seconds(workload, layout, calibration, backward_per_micro_batch)
+    return StepTime(
+        compute_seconds=m * stage_compute,
+        tensor_comm_seconds=m * stage_tensor,
+        pipeline_bubble_seconds=bubble,
+        pipeline_comm_seconds=p2p,
+        data_comm_seconds=data,
+        optimizer_seconds=optimizer_seconds(workload, layout, calibration),
+    )
