@@ -2,8 +2,9 @@
 
 `python -m benchmarks.fit_calibration [--write]` minimises, by bounded least squares
 (scipy), the log errors of predicted step time on `published_benchmarks.csv` (every pin
-of each row applied) and of GPU-hours on `published_runs.csv`, plus, for the vTrain sweeps, each layout's log error relative to its
-model's mean (so the sweeps shape the ranking of layouts, and the benchmarks the level).
+of each row applied) and of GPU-hours on `published_runs.csv`, plus, for the vTrain
+sweeps, each layout's log error relative to its model's mean (so the sweeps shape the
+ranking of layouts, and the benchmarks and runs the level).
 With `--write` it stores the result in `trainplan/planner/data/calibration.yaml`.
 """
 
@@ -26,7 +27,6 @@ from trainplan.planner.calibration import (
     ArchitectureEfficiency,
     Calibration,
     calibration_to_mapping,
-    load_calibration,
 )
 from trainplan.planner.catalog import Catalog, load_catalog
 
@@ -51,14 +51,14 @@ def _arch_parameter(
     their own, which take the same value."""
 
     def get(calibration: Calibration) -> float:
-        return float(getattr(calibration.architectures[arch], field))
+        return float(getattr(dict(calibration.architectures)[arch], field))
 
     def set_(calibration: Calibration, value: float) -> Calibration:
         architectures = dict(calibration.architectures)
         for name in (arch, *also):
             entry: ArchitectureEfficiency = replace(architectures[name], **{field: value})
             architectures[name] = entry
-        return replace(calibration, architectures=architectures)
+        return replace(calibration, architectures=tuple(architectures.items()))
 
     return Parameter(f"{arch}.{field}", low, high, get, set_)
 
@@ -143,7 +143,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="store the fitted constants")
     args = parser.parse_args()
     catalog = load_catalog()
-    fitted = fit(catalog, load_calibration())
+    fitted = fit(catalog, catalog.calibration)
     for parameter in PARAMETERS:
         print(f"{parameter.name:45s} {parameter.get(fitted):.4g}")
     if args.write:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import pickle
 import re
+from importlib import resources
 
 import pytest
 
@@ -79,6 +80,8 @@ gpus:
     tdpWatts: 300
     source: test
 """
+
+CALIBRATION = (resources.files("trainplan.planner") / "data" / "calibration.yaml").read_text()
 
 MINIMAL_MODEL = """
 models:
@@ -298,7 +301,7 @@ def test_gpu_spec_freezes_a_plain_dict() -> None:
 
 
 def test_load_catalog_from_minimal_texts() -> None:
-    small = load_catalog_from(MINIMAL_GPU, MINIMAL_MODEL)
+    small = load_catalog_from(MINIMAL_GPU, MINIMAL_MODEL, CALIBRATION)
     assert small.gpu("nvidia-x1").name == "X1"
     assert small.model("M1").shape == ModelShape(
         layers=2,
@@ -389,13 +392,13 @@ def test_malformed_catalog_fails_with_the_field_path(
     gpus_yaml: str, models_yaml: str, expected: str
 ) -> None:
     with pytest.raises(CatalogDataError, match=expected):
-        load_catalog_from(gpus_yaml, models_yaml)
+        load_catalog_from(gpus_yaml, models_yaml, CALIBRATION)
 
 
 def test_duplicate_names_are_rejected() -> None:
     second = MINIMAL_GPU.split("gpus:\n", 1)[1].replace("name: X1", "name: X2")
     with pytest.raises(CatalogDataError, match=re.escape("'nvidia-x1' is used by both")):
-        load_catalog_from(MINIMAL_GPU + second, MINIMAL_MODEL)
+        load_catalog_from(MINIMAL_GPU + second, MINIMAL_MODEL, CALIBRATION)
     twice = MINIMAL_MODEL + MINIMAL_MODEL.split("models:\n", 1)[1]
     with pytest.raises(CatalogDataError, match="'m1' is used by both 'm1' and 'm1'"):
-        load_catalog_from(MINIMAL_GPU, twice)
+        load_catalog_from(MINIMAL_GPU, twice, CALIBRATION)

@@ -1,4 +1,4 @@
-"""Efficiency constants of the performance model and their loader (pure but for `load`).
+"""Efficiency constants of the performance model (pure).
 
 Every constant has a unit in its name and a documented meaning; the values live in
 `data/calibration.yaml`, fitted to published measurements by `benchmarks/fit_calibration.py`
@@ -9,11 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from importlib import resources
-from types import MappingProxyType
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -35,7 +32,8 @@ class ArchitectureEfficiency:
 class Calibration:
     """All fitted constants of the step-time, memory and reliability models."""
 
-    architectures: Mapping[str, ArchitectureEfficiency]
+    architectures: tuple[tuple[str, ArchitectureEfficiency], ...]
+    """Per-architecture constants as (name, constants) pairs; one is named `default`."""
     elementwise_bytes_per_hidden: float
     """Bytes moved per token per layer per hidden unit by norms, residuals, activations and
     dropout in the forward pass (backward moves twice as much)."""
@@ -67,7 +65,8 @@ class Calibration:
 
     def architecture(self, name: str) -> ArchitectureEfficiency:
         """The constants for `name`, or the `default` entry."""
-        return self.architectures.get(name, self.architectures["default"])
+        table = dict(self.architectures)
+        return table.get(name, table["default"])
 
 
 class _ArchitectureDocument(BaseModel):
@@ -101,12 +100,12 @@ def calibration_from_mapping(document: Mapping[str, Any]) -> Calibration:
     parsed = _CalibrationDocument.model_validate(document)
     if "default" not in parsed.architectures:
         raise ValueError("calibration: architectures needs a 'default' entry")
-    architectures = {
-        name: ArchitectureEfficiency(**entry.model_dump())
+    architectures = tuple(
+        (name, ArchitectureEfficiency(**entry.model_dump()))
         for name, entry in parsed.architectures.items()
-    }
+    )
     values = parsed.model_dump(exclude={"architectures"})
-    return Calibration(architectures=MappingProxyType(architectures), **values)
+    return Calibration(architectures=architectures, **values)
 
 
 def calibration_to_mapping(calibration: Calibration) -> dict[str, Any]:
@@ -114,16 +113,10 @@ def calibration_to_mapping(calibration: Calibration) -> dict[str, Any]:
     document: dict[str, Any] = {
         "architectures": {
             name: {f.name: getattr(entry, f.name) for f in fields(entry)}
-            for name, entry in calibration.architectures.items()
+            for name, entry in calibration.architectures
         }
     }
     for f in fields(calibration):
         if f.name != "architectures":
             document[f.name] = getattr(calibration, f.name)
     return document
-
-
-def load_calibration() -> Calibration:
-    """Read the packaged `data/calibration.yaml` (the only file this module reads)."""
-    text = (resources.files("trainplan.planner") / "data" / "calibration.yaml").read_text()
-    return calibration_from_mapping(yaml.safe_load(text))

@@ -32,6 +32,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from trainplan.planner.calibration import Calibration, calibration_from_mapping
 from trainplan.planner.shapes import ModelShape
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -254,10 +255,15 @@ def _closest(name: str, entries: Sequence[GPUSpec | ModelPreset]) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Catalog:
-    """All GPU types and model presets. Lookups ignore case and accept aliases."""
+    """All GPU types, model presets and the fitted efficiency constants.
+
+    Lookups ignore case and accept aliases. `calibration` defaults to the packaged
+    constants only through `load_catalog`; a catalog built in code passes its own.
+    """
 
     gpus: tuple[GPUSpec, ...]
     models: tuple[ModelPreset, ...]
+    calibration: Calibration
 
     def __post_init__(self) -> None:
         _check_unique(self.gpus, "GPU")
@@ -489,18 +495,33 @@ def parse_models(models_yaml: str) -> tuple[ModelPreset, ...]:
     )
 
 
-def load_catalog_from(gpus_yaml: str, models_yaml: str) -> Catalog:
-    """A catalog from the texts of a `gpus.yaml` and a `models.yaml` (pure).
+def parse_calibration(calibration_yaml: str) -> Calibration:
+    """The constants of a `calibration.yaml` text; `CatalogDataError` on a bad field."""
+    document = _parse_yaml(calibration_yaml, "calibration")
+    try:
+        return calibration_from_mapping(document)
+    except (ValidationError, ValueError, TypeError) as error:
+        raise CatalogDataError(f"invalid calibration: {error}") from None
+
+
+def load_catalog_from(gpus_yaml: str, models_yaml: str, calibration_yaml: str) -> Catalog:
+    """A catalog from the texts of a `gpus.yaml`, a `models.yaml` and a
+    `calibration.yaml` (pure).
 
     For tests and user-supplied catalogs. Raises `CatalogDataError` (a `ValueError`) whose
     message gives the path of every malformed field, e.g. `gpus[2].peakFlops.fp64`, and
     the entry's name; or names a name/alias used twice.
     """
-    return Catalog(gpus=parse_gpus(gpus_yaml), models=parse_models(models_yaml))
+    return Catalog(
+        gpus=parse_gpus(gpus_yaml),
+        models=parse_models(models_yaml),
+        calibration=parse_calibration(calibration_yaml),
+    )
 
 
 def load_catalog() -> Catalog:
-    """The packaged catalog: `data/gpus.yaml` and `data/models.yaml` of this package.
+    """The packaged catalog: `data/gpus.yaml`, `data/models.yaml` and
+    `data/calibration.yaml` of this package.
 
     This is the one function of the catalog that reads files (through
     `importlib.resources`, so it works from a wheel or a zip). Callers load the catalog
@@ -510,4 +531,5 @@ def load_catalog() -> Catalog:
     return load_catalog_from(
         (data / "gpus.yaml").read_text(encoding="utf-8"),
         (data / "models.yaml").read_text(encoding="utf-8"),
+        (data / "calibration.yaml").read_text(encoding="utf-8"),
     )

@@ -1,0 +1,210 @@
+"""Human explanations of a plan and of infeasibility (pure).
+
+Each line is a sentence a user can act on: why this layout won, where memory and step
+time go, what the runner-ups cost, and, when nothing works, exactly what is missing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from trainplan.api import TrainingPlanSpec, format_duration
+from trainplan.planner.calibration import Calibration
+from trainplan.planner.layout import Layout, Workload
+from trainplan.planner.resolve import ResolvedSpec
+from trainplan.planner.search import Evaluation
+
+_GIB = float(1 << 30)
+
+
+def gib(value_bytes: float) -> str:
+    """Bytes as GiB with one decimal."""
+    return f"{value_bytes / _GIB:.1f} GiB"
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{part / whole:.0%}" if whole > 0 else "0%"
+
+
+def describe_layout(layout: Layout, workload: Workload) -> str:
+    """The layout in words: degrees, where collectives run, sharding and recompute."""
+    t, p, d = layout.tensor, layout.pipeline, layout.data
+    link = "over NVLink inside a node" if t <= workload.gpus_per_node else "across nodes"
+    if workload.gpu.intra_node_link == "pcie" and t <= workload.gpus_per_node:
+        link = "over PCIe inside a node"
+    parts = []
+    if t > 1:
+        sp = " with sequence parallelism" if layout.sequence_parallel else ""
+        parts.append(f"{t}-way tensor parallelism {link}{sp}")
+    if p > 1:
+        chunks = (
+            f" ({layout.virtual_stages} interleaved chunks each)"
+            if layout.virtual_stages > 1
+            else ""
+        )
+        parts.append(f"{p} pipeline stages{chunks}")
+    parts.append(f"{d} data-parallel replica{'s' if d > 1 else ''}")
+    zero = {
+        0: "no ZeRO sharding",
+        1: "ZeRO-1 (optimizer states sharded)",
+        2: "ZeRO-2 (optimizer states and gradients sharded)",
+        3: "ZeRO-3 (weights, gradients and optimizer states sharded)",
+    }[layout.zero_stage]
+    recompute = {
+        "none": "no activation recomputation",
+        "selective": "selective recomputation of attention",
+        "full": "full activation recomputation",
+    }[layout.checkpointing]
+    return ", ".join(parts) + f"; {zero}; {recompute}"
+
+
+def explain(
+    *,
+    choice: Evaluation,
+    resolved: ResolvedSpec,
+    alternatives: Sequence[tuple[Evaluation, str]],
+    goal: str,
+    evaluated_count: int,
+    spec: TrainingPlanSpec,
+) -> list[str]:
+    """Why `choice` was planned, one sentence per line."""
+    workload = resolved.workload
+    layout = choice.layout
+    step = choice.step
+    reliability = choice.reliability
+    assert step is not None and reliability is not None
+    memory = choice.memory
+    lines = [
+        f"Goal: {goal}; {evaluated_count} layouts priced.",
+        f"Chosen: {layout.describe()}: {describe_layout(layout, workload)}.",
+        (
+            f"Global batch {layout.global_batch_size} = micro-batch {layout.micro_batch_size}"
+            f" x {layout.data} data-parallel ranks x {layout.accumulation_steps} accumulation"
+            f" steps ({workload.tokens_per_step:,} tokens per step)."
+        ),
+        (
+            f"Memory per GPU: {gib(memory.total_bytes)} of {gib(memory.capacity_bytes)}"
+            f" ({_share(memory.total_bytes, memory.capacity_bytes)}): weights, gradients and"
+            f" optimizer {gib(memory.model_state_bytes)}, activations"
+            f" {gib(memory.activations_bytes)}, logits {gib(memory.logits_bytes)}, overhead"
+            f" {gib(memory.overhead_bytes)}."
+        ),
+    ]
+    total = step.step_seconds
+    pieces = [
+        ("compute", step.compute_seconds),
+        ("tensor-parallel communication", step.tensor_comm_seconds),
+        ("pipeline bubble", step.pipeline_bubble_seconds),
+        ("pipeline transfers", step.pipeline_comm_seconds),
+        ("data-parallel communication", step.data_comm_seconds),
+        ("optimizer", step.optimizer_seconds),
+    ]
+    spent = ", ".join(f"{name} {_share(value, total)}" for name, value in pieces if value > 0)
+    lines.append(
+        f"Step {format_duration(total)}: {spent}; {choice.mfu:.1%} MFU"
+        f" ({workload.tokens_per_step / total / layout.gpus:,.0f} tokens/s per GPU)."
+    )
+    compute = total * resolved.run.total_steps
+    lines.append(
+        f"{resolved.run.total_steps:,} steps x {format_duration(total)} ="
+        f" {format_duration(compute)} of training; checkpoints and"
+        f" {reliability.expected_interruptions:.1f} expected interruptions add"
+        f" {format_duration(max(0.0, reliability.duration_seconds - compute))}:"
+        f" {format_duration(reliability.duration_seconds)} and {choice.gpu_hours:,.0f} GPU-hours."
+    )
+    if spec.reliability.checkpoint_interval_steps is not None:
+        lines.append(
+            f"Checkpoint every {reliability.checkpoint_interval_steps} steps (pinned by"
+            " reliability.checkpointIntervalSteps)."
+        )
+    elif math.isfinite(reliability.mean_seconds_between_interruptions):
+        lines.append(
+            f"Checkpoint every {reliability.checkpoint_interval_steps} steps"
+            f" ({format_duration(reliability.checkpoint_interval_steps * total)} of work): the"
+            f" Young/Daly optimum sqrt(2 x {format_duration(reliability.checkpoint_seconds)}"
+            " checkpoint x "
+            f"{format_duration(reliability.mean_seconds_between_interruptions)} between"
+            f" interruptions on {layout.gpus} GPUs)."
+        )
+    for other, note in alternatives:
+        lines.append(f"Runner-up {other.layout.describe()}: {note}.")
+    return lines
+
+
+def infeasibility_reasons(
+    spec: TrainingPlanSpec,
+    resolved: ResolvedSpec,
+    evaluated: Sequence[Evaluation],
+    counts: Sequence[int],
+    calibration: Calibration,
+) -> list[str]:
+    """Why no plan exists, as specific as the evaluated layouts allow."""
+    workload = resolved.workload
+    gpu = workload.gpu
+    batch = workload.global_batch_size
+    if not evaluated:
+        where = (
+            f"{spec.objective.gpus} GPUs"
+            if spec.objective.gpus is not None
+            else f"any GPU count up to {counts[-1] if counts else spec.objective.max_gpus}"
+        )
+        return [
+            f"No layout fits {where}: tensor x pipeline x data must equal the GPU count, "
+            f"data must divide globalBatchSize ({batch}), tensor must divide the heads "
+            f"({workload.shape.attention_heads}), pipeline the layers "
+            f"({workload.shape.layers}), and every pin in spec.parallelism and spec.batch "
+            "must hold; whole nodes of "
+            f"{workload.gpus_per_node} GPUs beyond one node."
+        ]
+    fitting = [e for e in evaluated if e.memory.fits]
+    if not fitting:
+        smallest = min(evaluated, key=lambda e: e.memory.total_bytes)
+        memory = smallest.memory
+        reasons = []
+        states = memory.model_state_bytes
+        most_gpus = max(e.layout.gpus for e in evaluated)
+        if states > memory.capacity_bytes:
+            reasons.append(
+                f"Weights, gradients and optimizer states alone need {gib(states)} per GPU"
+                f" even in the most sharded layout ({smallest.layout.describe()}, up to"
+                f" {most_gpus} GPUs); {gpu.name} has {gib(memory.capacity_bytes)}."
+            )
+        reasons.append(
+            f"The smallest footprint among {len(evaluated)} layouts is"
+            f" {gib(memory.total_bytes)} per GPU ({smallest.layout.describe()}): weights,"
+            f" gradients and optimizer {gib(states)}, activations"
+            f" {gib(memory.activations_bytes)}, logits {gib(memory.logits_bytes)}, overhead"
+            f" {gib(memory.overhead_bytes)}; {gpu.name} has {gib(memory.capacity_bytes)},"
+            f" {gib(memory.total_bytes - memory.capacity_bytes)} short."
+        )
+        reasons.append(
+            "Allow more GPUs, free a pinned degree, use a smaller micro-batch or a"
+            " GPU with more memory."
+        )
+        return reasons
+    feasible = [e for e in fitting if e.feasible]
+    if not feasible:
+        worst = min(fitting, key=lambda e: e.layout.gpus)
+        rel = worst.reliability
+        assert rel is not None
+        return [
+            f"At {worst.layout.gpus} GPUs an interruption is expected every"
+            f" {format_duration(rel.mean_seconds_between_interruptions)}, and each costs"
+            f" {format_duration(rel.restart_seconds)} to restart plus half a checkpoint"
+            " interval of lost work: the run would not make progress. Lower"
+            " reliability.restartSeconds or checkpointSeconds, or use fewer GPUs."
+        ]
+    fastest = min(feasible, key=lambda e: e.duration_seconds)
+    deadline = spec.objective.deadline_seconds
+    if deadline is not None:
+        ceiling = spec.objective.max_gpus
+        within = f"within {ceiling} GPUs (objective.maxGPUs)" if ceiling else "found"
+        return [
+            f"The fastest plan {within} uses {fastest.layout.gpus} GPUs"
+            f" ({fastest.layout.describe()}) and takes"
+            f" {format_duration(fastest.duration_seconds)}; the deadline is"
+            f" {format_duration(deadline)}."
+            " Allow more GPUs or a later deadline."
+        ]
+    return ["No feasible plan was found."]

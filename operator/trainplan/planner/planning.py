@@ -1,0 +1,271 @@
+"""`plan(spec, catalog)`: the planner's entry point (pure).
+
+Resolves the spec, searches layouts for the objective (a pinned GPU count, a deadline,
+or a GPU ceiling), and returns the plan object of DESIGN.md with runner-up alternatives
+and a line-by-line explanation; or raises `InfeasiblePlanError` saying exactly why not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from trainplan.api import (
+    Alternative,
+    MemoryBreakdown,
+    Plan,
+    PlanLayout,
+    PlanReliability,
+    StepBreakdown,
+    TrainingPlanSpec,
+    format_duration,
+)
+from trainplan.planner.catalog import Catalog
+from trainplan.planner.errors import InfeasiblePlanError
+from trainplan.planner.explain import explain, infeasibility_reasons
+from trainplan.planner.layout import Layout, Workload
+from trainplan.planner.resolve import ResolvedSpec, resolve
+from trainplan.planner.search import (
+    Evaluation,
+    Evaluator,
+    best_at,
+    candidate_gpu_counts,
+    feasible_sorted,
+    select_fastest,
+    select_fewest_gpus_for_deadline,
+)
+
+DEFAULT_GPU_CEILING = 16384
+"""Largest GPU count a deadline search considers when the spec sets no maxGPUs."""
+
+FASTEST_TOLERANCE = 0.02
+"""With only a ceiling, plans within 2% of the fastest count as equally fast; the one
+with the fewest GPU-hours among them wins."""
+
+ALTERNATIVES = 3
+"""Runner-up plans reported beside the chosen one."""
+
+RULE_OF_THUMB_GPU_HOURS_PER_PARAMETER_TOKEN = 13.3
+"""A100-80GB GPU-hours per (billion parameters x billion tokens) at about 40% MFU:
+6 x 1e18 / (0.4 x 312e12 x 3600) = 13.35."""
+
+_RULE_OF_THUMB_PEAK_FLOPS = 312e12  # A100 dense bf16, the rule's reference
+
+
+def plan(spec: TrainingPlanSpec, catalog: Catalog) -> Plan:
+    """The best plan for `spec`. Raises `PlanInputError` (bad input for this catalog or
+    model) or `InfeasiblePlanError` (no layout works)."""
+    resolved = resolve(spec, catalog)
+    evaluator = Evaluator(resolved.workload, catalog.calibration, resolved.run)
+    objective = spec.objective
+    ceiling = objective.max_gpus
+    if objective.gpus is not None:
+        evaluated = best_at(evaluator, objective.gpus, resolved.pins)
+        choice = select_fastest(evaluated)
+        goal = f"the fastest layout on exactly {objective.gpus} GPUs (objective.gpus)"
+        counts = [objective.gpus]
+    elif objective.deadline is not None:
+        deadline_seconds = objective.deadline_seconds
+        assert deadline_seconds is not None
+        counts = candidate_gpu_counts(
+            resolved.workload, resolved.pins, ceiling or DEFAULT_GPU_CEILING
+        )
+        choice, seen = select_fewest_gpus_for_deadline(
+            evaluator, counts, resolved.pins, deadline_seconds
+        )
+        evaluated = [e for results in seen.values() for e in results]
+        goal = (
+            f"the fewest GPUs that finish within {objective.deadline} "
+            f"({format_duration(deadline_seconds)}; objective.deadline)"
+        )
+        if choice is None and counts:
+            evaluated += best_at(evaluator, counts[-1], resolved.pins)
+    else:
+        assert ceiling is not None
+        counts = candidate_gpu_counts(resolved.workload, resolved.pins, ceiling)
+        evaluated = [
+            e
+            for count in counts
+            if count * 2 > ceiling
+            for e in best_at(evaluator, count, resolved.pins)
+        ]
+        choice = _fastest_without_waste(evaluated)
+        goal = f"the fastest plan within {ceiling} GPUs (objective.maxGPUs)"
+    if choice is None:
+        raise InfeasiblePlanError(
+            infeasibility_reasons(spec, resolved, evaluated, counts, catalog.calibration)
+        )
+    alternatives = _alternatives(choice, evaluated, spec)
+    return _plan_object(
+        choice=choice,
+        resolved=resolved,
+        alternatives=alternatives,
+        goal=goal,
+        evaluated_count=len(evaluated),
+        spec=spec,
+    )
+
+
+def _fastest_without_waste(evaluated: Iterable[Evaluation]) -> Evaluation | None:
+    ranked = feasible_sorted(evaluated)
+    if not ranked:
+        return None
+    limit = ranked[0].duration_seconds * (1 + FASTEST_TOLERANCE)
+    close = [e for e in ranked if e.duration_seconds <= limit]
+    return min(close, key=lambda e: (e.gpu_hours, e.duration_seconds))
+
+
+def _signature(layout: Layout) -> tuple[int, int, int, int, str]:
+    return (layout.tensor, layout.pipeline, layout.data, layout.zero_stage, layout.checkpointing)
+
+
+def _alternatives(
+    choice: Evaluation, evaluated: list[Evaluation], spec: TrainingPlanSpec
+) -> list[tuple[Evaluation, str]]:
+    """The best runner-ups of other shapes (tensor, pipeline, data, ZeRO, recompute)."""
+    seen = {_signature(choice.layout)}
+    result: list[tuple[Evaluation, str]] = []
+    deadline = spec.objective.deadline_seconds
+    for candidate in feasible_sorted(evaluated):
+        if _signature(candidate.layout) in seen:
+            continue
+        seen.add(_signature(candidate.layout))
+        result.append((candidate, _loss_note(choice, candidate, deadline)))
+        if len(result) == ALTERNATIVES:
+            break
+    return result
+
+
+def _loss_note(choice: Evaluation, other: Evaluation, deadline: float | None) -> str:
+    slower = other.duration_seconds / choice.duration_seconds - 1
+    costlier = other.gpu_hours / choice.gpu_hours - 1
+    parts = [f"{slower:+.1%} duration", f"{costlier:+.1%} GPU-hours"]
+    if other.layout.gpus != choice.layout.gpus:
+        parts.append(f"{other.layout.gpus} GPUs instead of {choice.layout.gpus}")
+    if deadline is not None and other.duration_seconds > deadline:
+        parts.append("misses the deadline")
+    return ", ".join(parts)
+
+
+def plan_layout(layout: Layout) -> PlanLayout:
+    """The API form of a layout."""
+    return PlanLayout(
+        tensor=layout.tensor,
+        pipeline=layout.pipeline,
+        data=layout.data,
+        zero_stage=layout.zero_stage,
+        activation_checkpointing=layout.checkpointing,
+        micro_batch_size=layout.micro_batch_size,
+        gradient_accumulation_steps=layout.accumulation_steps,
+        global_batch_size=layout.global_batch_size,
+        virtual_pipeline_stages=layout.virtual_stages,
+        sequence_parallel=layout.sequence_parallel,
+    )
+
+
+def nodes_for(gpus: int, gpus_per_node: int) -> int:
+    """Whole nodes a job of `gpus` GPUs occupies."""
+    return math.ceil(gpus / gpus_per_node)
+
+
+def rule_of_thumb_gpus(
+    parameters: float, tokens: float, duration_seconds: float, workload: Workload
+) -> int:
+    """GPUs = tokens(B) x params(B) x 13.3 / hours, scaled from the A100's bf16 peak to
+    this GPU's peak at the plan's precision (6 N D at about 40% MFU)."""
+    hours = duration_seconds / 3600.0
+    a100_gpus = parameters / 1e9 * tokens / 1e9 * RULE_OF_THUMB_GPU_HOURS_PER_PARAMETER_TOKEN
+    peak = workload.gpu.peak_flops_for(workload.precision)
+    return max(1, math.ceil(a100_gpus / hours * _RULE_OF_THUMB_PEAK_FLOPS / peak))
+
+
+def _plan_object(
+    *,
+    choice: Evaluation,
+    resolved: ResolvedSpec,
+    alternatives: list[tuple[Evaluation, str]],
+    goal: str,
+    evaluated_count: int,
+    spec: TrainingPlanSpec,
+) -> Plan:
+    workload = resolved.workload
+    step = choice.step
+    reliability = choice.reliability
+    assert step is not None and reliability is not None
+    layout = choice.layout
+    gpus = layout.gpus
+    memory = choice.memory
+    compute_seconds = step.step_seconds * resolved.run.total_steps
+    tokens_per_step = workload.tokens_per_step
+    return Plan(
+        gpu_type=workload.gpu.name,
+        gpus=gpus,
+        nodes=nodes_for(gpus, workload.gpus_per_node),
+        gpus_per_node=workload.gpus_per_node,
+        layout=plan_layout(layout),
+        memory=MemoryBreakdown(
+            capacity_bytes=memory.capacity_bytes,
+            total_bytes=memory.total_bytes,
+            weights_bytes=memory.weights_bytes,
+            gradients_bytes=memory.gradients_bytes,
+            optimizer_bytes=memory.optimizer_bytes,
+            activations_bytes=memory.activations_bytes,
+            logits_bytes=memory.logits_bytes,
+            overhead_bytes=memory.overhead_bytes,
+        ),
+        flops_per_step=choice.model_flops_per_step,
+        step_seconds=step.step_seconds,
+        step_breakdown=StepBreakdown(
+            compute_seconds=step.compute_seconds,
+            tensor_comm_seconds=step.tensor_comm_seconds,
+            data_comm_seconds=step.data_comm_seconds,
+            pipeline_bubble_seconds=step.pipeline_bubble_seconds,
+            pipeline_comm_seconds=step.pipeline_comm_seconds,
+            optimizer_seconds=step.optimizer_seconds,
+        ),
+        tokens_per_step=tokens_per_step,
+        total_steps=resolved.run.total_steps,
+        compute_seconds=compute_seconds,
+        overhead_seconds=reliability.duration_seconds - compute_seconds,
+        duration_seconds=reliability.duration_seconds,
+        gpu_hours=choice.gpu_hours,
+        mfu=choice.mfu,
+        tokens_per_second_per_gpu=tokens_per_step / step.step_seconds / gpus,
+        reliability=PlanReliability(
+            expected_interruptions=reliability.expected_interruptions,
+            checkpoint_interval_steps=reliability.checkpoint_interval_steps,
+            restart_seconds=reliability.restart_seconds,
+            checkpoint_seconds=reliability.checkpoint_seconds,
+            mean_seconds_between_interruptions=reliability.mean_seconds_between_interruptions
+            if math.isfinite(reliability.mean_seconds_between_interruptions)
+            else None,
+            lost_work_seconds=reliability.lost_work_seconds,
+        ),
+        rule_of_thumb_gpus=rule_of_thumb_gpus(
+            resolved.parameters, resolved.tokens_total, reliability.duration_seconds, workload
+        ),
+        alternatives=tuple(
+            Alternative(
+                gpus=other.layout.gpus,
+                nodes=nodes_for(other.layout.gpus, workload.gpus_per_node),
+                layout=plan_layout(other.layout),
+                step_seconds=other.step_seconds,
+                duration_seconds=other.duration_seconds,
+                gpu_hours=other.gpu_hours,
+                mfu=other.mfu,
+                memory_total_bytes=other.memory.total_bytes,
+                note=note,
+            )
+            for other, note in alternatives
+        ),
+        explanation=tuple(
+            explain(
+                choice=choice,
+                resolved=resolved,
+                alternatives=alternatives,
+                goal=goal,
+                evaluated_count=evaluated_count,
+                spec=spec,
+            )
+        ),
+    )

@@ -1,0 +1,185 @@
+"""From a TrainingPlan spec and the catalog to the planner's inputs (pure).
+
+Resolves the model preset and explicit overrides into a `ModelShape`, the GPU type, the
+step count, the failure model and the user's pins, and checks the pins against the
+resolved shape (the API models can only check them against explicit fields).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trainplan.api import TrainingPlanSpec
+from trainplan.planner.catalog import (
+    Catalog,
+    UnknownGPUError,
+    UnknownModelError,
+    UnsupportedPrecisionError,
+)
+from trainplan.planner.errors import PlanInputError
+from trainplan.planner.layout import Workload
+from trainplan.planner.search import LayoutPins, RunSettings
+from trainplan.planner.shapes import ModelShape, parameter_count
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedSpec:
+    """Everything the search needs, resolved and checked."""
+
+    workload: Workload
+    parameters: float
+    pins: LayoutPins
+    run: RunSettings
+    tokens_total: float
+
+
+def resolve_shape(spec: TrainingPlanSpec, catalog: Catalog) -> tuple[ModelShape, float]:
+    """The model shape (preset, then explicit fields on top) and its parameter count."""
+    model = spec.model
+    base = None
+    if model.preset is not None:
+        try:
+            base = catalog.model(model.preset)
+        except UnknownModelError as error:
+            raise PlanInputError([("model.preset", str(error))]) from None
+
+    def pick(name: str, field: str, default: int | bool | None = None) -> int | bool:
+        explicit = getattr(model, field)
+        if explicit is not None:
+            return explicit  # type: ignore[no-any-return]
+        if base is not None:
+            return getattr(base, field)  # type: ignore[no-any-return]
+        if default is not None:
+            return default
+        raise PlanInputError([(f"model.{name}", "required when no preset is given")])
+
+    hidden = int(pick("hiddenSize", "hidden_size"))
+    heads = int(pick("attentionHeads", "attention_heads"))
+    try:
+        shape = ModelShape(
+            layers=int(pick("layers", "layers")),
+            hidden_size=hidden,
+            attention_heads=heads,
+            kv_heads=int(pick("kvHeads", "kv_heads", heads)),
+            ffn_hidden_size=int(pick("ffnHiddenSize", "ffn_hidden_size", 4 * hidden)),
+            gated_mlp=bool(pick("gatedMLP", "gated_mlp", False)),
+            vocab_size=int(pick("vocabSize", "vocab_size")),
+            sequence_length=int(pick("sequenceLength", "sequence_length")),
+            tied_embeddings=bool(pick("tiedEmbeddings", "tied_embeddings", False)),
+        )
+    except ValueError as error:
+        raise PlanInputError([("model", str(error))]) from None
+    if model.parameters is not None:
+        parameters = model.parameters
+    elif base is not None and base.shape == shape:
+        parameters = base.parameters
+    else:
+        parameters = parameter_count(shape)
+    return shape, parameters
+
+
+def check_pins(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str]]:
+    """Pins that contradict the resolved model shape, as (path, message) pairs."""
+    problems: list[tuple[str, str]] = []
+    par = spec.parallelism
+    if par.tensor is not None:
+        if shape.attention_heads % par.tensor:
+            problems.append(
+                (
+                    "parallelism.tensor",
+                    f"{par.tensor} does not divide attentionHeads ({shape.attention_heads})",
+                )
+            )
+        elif shape.kv_heads % par.tensor and par.tensor % shape.kv_heads:
+            problems.append(
+                (
+                    "parallelism.tensor",
+                    f"{par.tensor} and kvHeads ({shape.kv_heads}) must divide one another",
+                )
+            )
+    if par.pipeline is not None:
+        chunks = par.virtual_pipeline_stages or 1
+        if shape.layers % (par.pipeline * chunks):
+            problems.append(
+                (
+                    "parallelism.pipeline",
+                    f"pipeline ({par.pipeline}) x virtualPipelineStages ({chunks}) must divide "
+                    f"layers ({shape.layers})",
+                )
+            )
+    return problems
+
+
+def total_steps(spec: TrainingPlanSpec, shape: ModelShape) -> tuple[int, float]:
+    """Optimizer steps of the run and the tokens they cover.
+
+    steps = ceil(epochs x samples / global batch), samples = tokens / sequence length
+    (Narayanan et al. 2021, section 5.1).
+    """
+    data = spec.data
+    if data.samples is not None:
+        samples = float(data.samples)
+    else:
+        assert data.tokens is not None  # the API requires one of the two
+        samples = data.tokens / shape.sequence_length
+    sequences = data.epochs * samples
+    steps = max(1, math.ceil(sequences / spec.batch.global_batch_size))
+    return steps, sequences * shape.sequence_length
+
+
+def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
+    """Resolve and check `spec`; raises `PlanInputError` listing every problem."""
+    shape, parameters = resolve_shape(spec, catalog)
+    problems = check_pins(shape, spec)
+    gpu = None
+    try:
+        gpu = catalog.gpu(spec.hardware.gpu_type)
+        gpu.peak_flops_for(spec.training.precision)
+    except UnknownGPUError as error:
+        problems.append(("hardware.gpuType", str(error)))
+    except UnsupportedPrecisionError as error:
+        problems.append(("training.precision", str(error)))
+    objective = spec.objective
+    if objective.gpus is None and objective.deadline is None and objective.max_gpus is None:
+        problems.append(("objective", "give gpus, deadline or maxGPUs"))
+    if problems or gpu is None:
+        raise PlanInputError(problems)
+
+    workload = Workload(
+        shape=shape,
+        gpu=gpu,
+        gpus_per_node=spec.hardware.gpus_per_node,
+        global_batch_size=spec.batch.global_batch_size,
+        precision=spec.training.precision,
+        optimizer=spec.training.optimizer,
+        attention=spec.training.attention,
+    )
+    par = spec.parallelism
+    pins = LayoutPins(
+        tensor=par.tensor,
+        pipeline=par.pipeline,
+        data=par.data,
+        virtual_stages=par.virtual_pipeline_stages,
+        micro_batch_size=spec.batch.micro_batch_size,
+        zero_stage=par.zero_stage,
+        checkpointing=par.activation_checkpointing,
+        sequence_parallel=par.sequence_parallel,
+    )
+    steps, tokens = total_steps(spec, shape)
+    reliability = spec.reliability
+    calibration = catalog.calibration
+    run = RunSettings(
+        total_steps=steps,
+        interruptions_per_gpu_hour=reliability.interruptions_per_gpu_hour
+        if reliability.interruptions_per_gpu_hour is not None
+        else calibration.interruptions_per_gpu_hour,
+        checkpoint_seconds=reliability.checkpoint_seconds,
+        restart_seconds=reliability.restart_seconds
+        if reliability.restart_seconds is not None
+        else calibration.restart_seconds,
+        checkpoint_interval_steps=reliability.checkpoint_interval_steps,
+    )
+    return ResolvedSpec(
+        workload=workload, parameters=parameters, pins=pins, run=run, tokens_total=tokens
+    )
