@@ -37,8 +37,10 @@ def read_plan_inputs(path: Path) -> list[PlanInput]:
         documents = _documents(path)
     except OSError as error:
         return [PlanInput(label, path.stem, None, (f"cannot read: {error.strerror}",))]
+    except UnicodeDecodeError:
+        return [PlanInput(label, path.stem, None, ("not a text file (UTF-8 expected)",))]
     except yaml.YAMLError as error:
-        return [PlanInput(label, path.stem, None, (f"not YAML or JSON: {error}",))]
+        return [PlanInput(label, path.stem, None, (f"not YAML or JSON: {_one_line(error)}",))]
     if not documents:
         return [PlanInput(label, path.stem, None, ("no document in file",))]
     inputs = []
@@ -57,6 +59,15 @@ def read_plan_inputs(path: Path) -> list[PlanInput]:
         prefix = "spec." if "spec" in document else ""
         inputs.append(PlanInput(where, name, spec, (), prefix))
     return inputs
+
+
+def _one_line(error: yaml.YAMLError) -> str:
+    """A PyYAML error on one line: its problem and where."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        problem = error.problem or error.context or "syntax error"
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(error).split())
 
 
 def _name(document: Any, fallback: str) -> str:

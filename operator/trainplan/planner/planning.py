@@ -75,20 +75,17 @@ def plan(spec: TrainingPlanSpec, catalog: Catalog) -> Plan:
         )
         evaluated = [e for results in seen.values() for e in results]
         goal = (
-            f"the fewest GPUs that finish within {objective.deadline} "
-            f"({format_duration(deadline_seconds)}; objective.deadline)"
+            f"the fewest GPUs that finish within {format_duration(deadline_seconds)}"
+            f" (objective.deadline: {objective.deadline})"
         )
+        if choice is not None:
+            goal += _next_smaller_note(evaluator, counts, choice, resolved, seen)
         if choice is None and counts:
             evaluated += best_at(evaluator, counts[-1], resolved.pins)
     else:
         assert ceiling is not None
         counts = candidate_gpu_counts(resolved.workload, resolved.pins, ceiling)
-        evaluated = [
-            e
-            for count in counts
-            if count * 2 > ceiling
-            for e in best_at(evaluator, count, resolved.pins)
-        ]
+        evaluated = _near_ceiling(evaluator, counts, resolved)
         choice = _fastest_without_waste(evaluated)
         goal = f"the fastest plan within {ceiling} GPUs (objective.maxGPUs)"
     if choice is None:
@@ -104,6 +101,48 @@ def plan(spec: TrainingPlanSpec, catalog: Catalog) -> Plan:
         evaluated_count=len(evaluated),
         spec=spec,
     )
+
+
+def _next_smaller_note(
+    evaluator: Evaluator,
+    counts: list[int],
+    choice: Evaluation,
+    resolved: ResolvedSpec,
+    seen: dict[int, list[Evaluation]],
+) -> str:
+    """What the next smaller legal GPU count would take: why the choice is the fewest."""
+    smaller = [count for count in counts if count < choice.layout.gpus]
+    if not smaller:
+        return f"; {choice.layout.gpus} GPUs is the smallest count a legal layout reaches"
+    count = smaller[-1]
+    results = seen.get(count) or best_at(evaluator, count, resolved.pins)
+    best = select_fastest(results)
+    if best is None:
+        return f"; no layout on {count} GPUs (the next smaller count) fits"
+    return (
+        f"; the next smaller count, {count} GPUs, would take"
+        f" {format_duration(best.duration_seconds)}"
+    )
+
+
+def _near_ceiling(
+    evaluator: Evaluator, counts: list[int], resolved: ResolvedSpec
+) -> list[Evaluation]:
+    """Evaluations on the largest feasible GPU count and every count above half of it.
+
+    More GPUs rarely slow the best plan, so the fastest plan lies near the largest count
+    with a feasible layout; counts are taken from the top down until half of that one.
+    """
+    evaluated: list[Evaluation] = []
+    largest_feasible: int | None = None
+    for count in reversed(counts):
+        if largest_feasible is not None and count * 2 <= largest_feasible:
+            break
+        results = best_at(evaluator, count, resolved.pins)
+        evaluated += results
+        if largest_feasible is None and any(e.feasible for e in results):
+            largest_feasible = count
+    return evaluated
 
 
 def _fastest_without_waste(evaluated: Iterable[Evaluation]) -> Evaluation | None:

@@ -35,7 +35,10 @@ class ResolvedSpec:
 
 
 def resolve_shape(spec: TrainingPlanSpec, catalog: Catalog) -> tuple[ModelShape, float]:
-    """The model shape (preset, then explicit fields on top) and its parameter count."""
+    """The model shape (preset, then explicit fields on top) and its parameter count.
+
+    Raises `PlanInputError` naming each field that is missing or inconsistent.
+    """
     model = spec.model
     base = None
     if model.preset is not None:
@@ -44,32 +47,45 @@ def resolve_shape(spec: TrainingPlanSpec, catalog: Catalog) -> tuple[ModelShape,
         except UnknownModelError as error:
             raise PlanInputError([("model.preset", str(error))]) from None
 
+    missing: list[tuple[str, str]] = []
+
     def pick(name: str, field: str, default: int | bool | None = None) -> int | bool:
         explicit = getattr(model, field)
         if explicit is not None:
             return explicit  # type: ignore[no-any-return]
         if base is not None:
             return getattr(base, field)  # type: ignore[no-any-return]
-        if default is not None:
-            return default
-        raise PlanInputError([(f"model.{name}", "required when no preset is given")])
+        if default is None:
+            missing.append((f"model.{name}", "required when no preset is given"))
+            return 1
+        return default
 
     hidden = int(pick("hiddenSize", "hidden_size"))
     heads = int(pick("attentionHeads", "attention_heads"))
-    try:
-        shape = ModelShape(
-            layers=int(pick("layers", "layers")),
-            hidden_size=hidden,
-            attention_heads=heads,
-            kv_heads=int(pick("kvHeads", "kv_heads", heads)),
-            ffn_hidden_size=int(pick("ffnHiddenSize", "ffn_hidden_size", 4 * hidden)),
-            gated_mlp=bool(pick("gatedMLP", "gated_mlp", False)),
-            vocab_size=int(pick("vocabSize", "vocab_size")),
-            sequence_length=int(pick("sequenceLength", "sequence_length")),
-            tied_embeddings=bool(pick("tiedEmbeddings", "tied_embeddings", False)),
-        )
-    except ValueError as error:
-        raise PlanInputError([("model", str(error))]) from None
+    kv_heads = int(pick("kvHeads", "kv_heads", heads))
+    layers = int(pick("layers", "layers"))
+    vocab = int(pick("vocabSize", "vocab_size"))
+    sequence = int(pick("sequenceLength", "sequence_length"))
+    if missing:
+        raise PlanInputError(missing)
+    problems = []
+    if hidden % heads:
+        problems.append(("model.attentionHeads", f"{heads} does not divide hiddenSize ({hidden})"))
+    if heads % kv_heads:
+        problems.append(("model.kvHeads", f"{kv_heads} does not divide attentionHeads ({heads})"))
+    if problems:
+        raise PlanInputError(problems)
+    shape = ModelShape(
+        layers=layers,
+        hidden_size=hidden,
+        attention_heads=heads,
+        kv_heads=kv_heads,
+        ffn_hidden_size=int(pick("ffnHiddenSize", "ffn_hidden_size", 4 * hidden)),
+        gated_mlp=bool(pick("gatedMLP", "gated_mlp", False)),
+        vocab_size=vocab,
+        sequence_length=sequence,
+        tied_embeddings=bool(pick("tiedEmbeddings", "tied_embeddings", False)),
+    )
     if model.parameters is not None:
         parameters = model.parameters
     elif base is not None and base.shape == shape:
@@ -130,8 +146,15 @@ def total_steps(spec: TrainingPlanSpec, shape: ModelShape) -> tuple[int, float]:
 
 def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
     """Resolve and check `spec`; raises `PlanInputError` listing every problem."""
-    shape, parameters = resolve_shape(spec, catalog)
-    problems = check_pins(shape, spec)
+    problems: list[tuple[str, str]] = []
+    shape: ModelShape | None = None
+    parameters = 0.0
+    try:
+        shape, parameters = resolve_shape(spec, catalog)
+    except PlanInputError as error:
+        problems += error.problems
+    if shape is not None:
+        problems += check_pins(shape, spec)
     gpu = None
     try:
         gpu = catalog.gpu(spec.hardware.gpu_type)
@@ -143,7 +166,7 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
     objective = spec.objective
     if objective.gpus is None and objective.deadline is None and objective.max_gpus is None:
         problems.append(("objective", "give gpus, deadline or maxGPUs"))
-    if problems or gpu is None:
+    if problems or gpu is None or shape is None:
         raise PlanInputError(problems)
 
     workload = Workload(
