@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test static unit bench fit crds clean
+.PHONY: setup demo test static unit bench fit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,11 +33,14 @@ unit: setup
 # pytest exits 5 when it collects no test; make treats that as a failure.
 test: static unit
 
+# Speed and accuracy goals (results and machine in BENCHMARKS.md).
 bench: setup
-	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.planner_speed
+	$(BIN)/python -m benchmarks.accuracy
 
+# Refit the planner's efficiency constants to tests/data and store them.
 fit: setup
-	$(BIN)/python -m benchmarks.fit_calibration
+	$(BIN)/python -m benchmarks.fit_calibration --write
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .benchmarks
