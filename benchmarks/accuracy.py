@@ -16,10 +16,12 @@ from benchmarks.reference_data import (
     RunRow,
     SweepRow,
     benchmark_rows,
+    run_rows,
+    sweep_free_pins,
     sweep_rows,
 )
 from trainplan.planner.calibration import Calibration
-from trainplan.planner.catalog import Catalog
+from trainplan.planner.catalog import Catalog, load_catalog
 from trainplan.planner.flops import six_n_d_flops
 from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.search import (
@@ -103,12 +105,13 @@ def predict_sweeps(catalog: Catalog, calibration: Calibration) -> list[tuple[Swe
     """Each vTrain layout, priced exactly as measured (memory is not checked: it ran)."""
     results = []
     for row in sweep_rows(catalog):
-        layout = _exact_layout(row)
+        layout = exact_sweep_layout(row)
         results.append((row, step_time(row.workload, layout, calibration).step_seconds))
     return results
 
 
-def _exact_layout(row: SweepRow) -> Layout:
+def exact_sweep_layout(row: SweepRow) -> Layout:
+    """The layout a sweep row measured."""
     pins = row.pins
     assert pins.tensor and pins.pipeline and pins.data and pins.micro_batch_size
     per_rank = row.workload.global_batch_size // pins.data
@@ -162,3 +165,99 @@ def run_gpu_hours(row: RunRow, calibration: Calibration) -> tuple[float, Evaluat
     evaluator = Evaluator(row.workload, calibration, run)
     choice = select_fastest(best_at(evaluator, row.gpus, LayoutPins()))
     return (math.inf if choice is None else choice.gpu_hours), choice
+
+
+def _markdown_predictions(title: str, predictions: list[Prediction], unit: str) -> list[str]:
+    lines = [
+        f"### {title}",
+        "",
+        f"| row | measured {unit} | trainplan {unit} | error | 6ND at 40% {unit} | error |"
+        " trainplan layout |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for p in predictions:
+        lines.append(
+            f"| {p.row_id} | {p.measured:,.2f} | {p.predicted:,.2f} | {p.error:+.1%} |"
+            f" {p.baseline:,.2f} | {p.baseline_error:+.1%} | {p.layout} |"
+        )
+    mae = sum(abs(p.error) for p in predictions) / len(predictions)
+    base = sum(abs(p.baseline_error) for p in predictions) / len(predictions)
+    worst = max(predictions, key=lambda p: abs(p.error))
+    lines += [
+        "",
+        f"Mean absolute error: trainplan {mae:.1%}, baseline {base:.1%}; worst trainplan row"
+        f" {worst.row_id} ({worst.error:+.1%}).",
+        "",
+    ]
+    return lines
+
+
+def report(catalog: Catalog) -> str:
+    """The accuracy section of BENCHMARKS.md, as markdown."""
+    calibration = catalog.calibration
+    lines = _markdown_predictions(
+        "Step time, published_benchmarks.csv (every pin of the row applied)",
+        predict_benchmarks(catalog, calibration),
+        "s",
+    )
+    runs = []
+    for row in run_rows(catalog):
+        gpu_hours, choice = run_gpu_hours(row, calibration)
+        six_n_d = six_n_d_flops(parameter_count(row.workload.shape), row.tokens)
+        peak = row.workload.gpu.peak_flops_for(row.workload.precision)
+        baseline = six_n_d / (peak * BASELINE_MFU) / 3600.0
+        layout = "none" if choice is None else choice.layout.describe()
+        runs.append(Prediction(row.row_id, row.published_gpu_hours, gpu_hours, baseline, layout))
+    lines += _markdown_predictions(
+        "GPU-hours of whole runs, published_runs.csv (the planner's own layout, failure model"
+        " included)",
+        runs,
+        "GPU-h",
+    )
+    lines += ["### Layout ranking, vtrain_layout_sweeps_a100.csv", ""]
+    lines += [
+        "| model | layouts | Spearman rho | mean abs error | free choice | its time |"
+        " fastest measured | best measured layout among the planner's ranking |",
+        "|---|---:|---:|---:|---|---:|---:|---|",
+    ]
+    by_model: dict[str, list[tuple[SweepRow, float]]] = {}
+    for row, predicted in predict_sweeps(catalog, calibration):
+        by_model.setdefault(row.model, []).append((row, predicted))
+    for model, pairs in by_model.items():
+        measured = [row.measured_step_seconds for row, _ in pairs]
+        predicted = [value for _, value in pairs]
+        rho = spearman(measured, predicted)
+        mae = sum(abs(p / m - 1) for m, p in zip(measured, predicted, strict=True)) / len(pairs)
+        first = pairs[0][0]
+        fastest = min(measured)
+        choice = best_pinned(first.workload, first.gpus, sweep_free_pins(), calibration)
+        table = {exact_sweep_layout(row): row.measured_step_seconds for row, _ in pairs}
+        if choice is None:
+            free, seconds = "none", "-"
+        elif choice.layout in table:
+            free = choice.layout.describe() + " (measured)"
+            seconds = (
+                f"{table[choice.layout]:.2f} s measured ({table[choice.layout] / fastest - 1:+.1%})"
+            )
+        else:
+            free = choice.layout.describe() + " (not measured)"
+            seconds = (
+                f"{choice.step_seconds:.2f} s predicted ({choice.step_seconds / fastest - 1:+.1%})"
+            )
+        top = min(pairs, key=lambda pair: pair[1])[0]
+        lines.append(
+            f"| {model} | {len(pairs)} | {rho:.2f} | {mae:.1%} | {free} | {seconds} |"
+            f" {fastest:.2f} s | {exact_sweep_layout(top).describe()}:"
+            f" {top.measured_step_seconds:.2f} s"
+            f" ({top.measured_step_seconds / fastest - 1:+.1%}) |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    print(report(load_catalog()))
+
+
+if __name__ == "__main__":
+    main()

@@ -100,10 +100,14 @@ def apply(calibration: Calibration, values: np.ndarray) -> Calibration:
     return calibration
 
 
-def residuals(catalog: Catalog, calibration: Calibration) -> np.ndarray:
+def residuals(
+    catalog: Catalog, calibration: Calibration, held_out: frozenset[str] = frozenset()
+) -> np.ndarray:
+    """Log errors to minimise; rows whose id is in `held_out` are left out."""
     errors = [
         math.log(p.predicted / p.measured) if math.isfinite(p.predicted) else 3.0
         for p in predict_benchmarks(catalog, calibration)
+        if p.row_id not in held_out
     ]
     by_model: dict[str, list[float]] = defaultdict(list)
     for row, predicted in predict_sweeps(catalog, calibration):
@@ -112,19 +116,24 @@ def residuals(catalog: Catalog, calibration: Calibration) -> np.ndarray:
         mean = sum(values) / len(values)
         errors += [SWEEP_WEIGHT * (v - mean) for v in values]
     for run in run_rows(catalog):
+        if run.row_id in held_out:
+            continue
         gpu_hours, _ = run_gpu_hours(run, calibration)
         errors.append(math.log(gpu_hours / run.published_gpu_hours))
     return np.array(errors)
 
 
-def fit(catalog: Catalog, start: Calibration) -> Calibration:
+def fit(
+    catalog: Catalog, start: Calibration, held_out: frozenset[str] = frozenset()
+) -> Calibration:
+    """Constants minimising `residuals`, starting from `start`."""
     x0 = np.array([p.get(start) for p in PARAMETERS])
     lows = np.array([p.low for p in PARAMETERS])
     highs = np.array([p.high for p in PARAMETERS])
     x0 = np.clip(x0, lows + 1e-9, highs - 1e-9)
     scale = highs - lows
     result = least_squares(
-        lambda x: residuals(catalog, apply(start, x)),
+        lambda x: residuals(catalog, apply(start, x), held_out),
         x0,
         bounds=(lows, highs),
         x_scale=scale,

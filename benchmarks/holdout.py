@@ -1,0 +1,90 @@
+"""Out-of-sample accuracy: refit without one source of measurements, predict it.
+
+`python -m benchmarks.holdout` refits the efficiency constants once per group of rows
+(grouped by publication, so no group is predicted by constants fitted to it) and prints
+the held-out errors beside the in-sample ones. The H100 rows are the only Hopper data, so
+holding them out leaves the Hopper matrix-multiply efficiency at its starting value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from benchmarks.accuracy import Prediction, predict_benchmarks, run_gpu_hours
+from benchmarks.fit_calibration import fit
+from benchmarks.reference_data import benchmark_rows, run_rows
+from trainplan.planner.calibration import Calibration
+from trainplan.planner.catalog import Catalog, load_catalog
+
+NEUTRAL_START = {
+    "gemm_efficiency": 0.7,
+    "hbm_efficiency": 0.8,
+    "flash_attention_efficiency": 0.5,
+    "kernel_overhead_seconds_per_layer": 0.0002,
+}
+
+
+def _neutral(calibration: Calibration) -> Calibration:
+    """A start that knows nothing of the fit: round guesses for every constant."""
+    architectures = tuple(
+        (name, replace(entry, **NEUTRAL_START)) for name, entry in calibration.architectures
+    )
+    return replace(
+        calibration,
+        architectures=architectures,
+        elementwise_bytes_per_hidden=40.0,
+        standard_attention_bytes_per_score=12.0,
+        nvlink_efficiency=0.75,
+        network_efficiency=0.6,
+        collective_latency_seconds=1e-5,
+        data_parallel_overlap=0.5,
+        zero3_overlap=0.8,
+        pipeline_p2p_exposed=0.5,
+    )
+
+
+def groups(catalog: Catalog) -> dict[str, frozenset[str]]:
+    """Row ids by source group."""
+    result: dict[str, set[str]] = {}
+    for row in benchmark_rows(catalog):
+        if row.source.startswith("Narayanan"):
+            key = "Narayanan et al. 2021"
+        elif row.source.startswith("Korthikanti"):
+            key = "Korthikanti et al. 2022"
+        else:
+            key = f"MosaicML {row.workload.gpu.name}"
+        result.setdefault(key, set()).add(row.row_id)
+    result["LLaMA runs (GPU-hours)"] = {row.row_id for row in run_rows(catalog)}
+    return {key: frozenset(ids) for key, ids in result.items()}
+
+
+def main() -> None:
+    catalog = load_catalog()
+    in_sample = {p.row_id: p for p in predict_benchmarks(catalog, catalog.calibration)}
+    for row in run_rows(catalog):
+        hours, _ = run_gpu_hours(row, catalog.calibration)
+        in_sample[row.row_id] = Prediction(row.row_id, row.published_gpu_hours, hours, 0, "")
+    start = _neutral(catalog.calibration)
+    print(
+        "| held-out group | rows | held-out mean abs error | worst held-out row |"
+        " in-sample mean abs error |"
+    )
+    print("|---|---:|---:|---|---:|")
+    for name, ids in groups(catalog).items():
+        fitted = fit(catalog, start, held_out=ids)
+        held: list[Prediction] = [p for p in predict_benchmarks(catalog, fitted) if p.row_id in ids]
+        for row in run_rows(catalog):
+            if row.row_id in ids:
+                hours, _ = run_gpu_hours(row, fitted)
+                held.append(Prediction(row.row_id, row.published_gpu_hours, hours, 0, ""))
+        mae = sum(abs(p.error) for p in held) / len(held)
+        worst = max(held, key=lambda p: abs(p.error))
+        inside = sum(abs(in_sample[p.row_id].error) for p in held) / len(held)
+        print(
+            f"| {name} | {len(held)} | {mae:.1%} | {worst.row_id} {worst.error:+.1%} |"
+            f" {inside:.1%} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

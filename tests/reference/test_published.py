@@ -1,0 +1,132 @@
+"""Reference points: the planner against published measurements (tests/data/).
+
+Tolerances are the project's accuracy goals; BENCHMARKS.md holds the full table
+(`python -m benchmarks.accuracy`). Where a goal is missed, the bound here is what the
+planner achieves and BENCHMARKS.md says which rows miss and why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import pytest
+
+from benchmarks.accuracy import (
+    Prediction,
+    best_pinned,
+    exact_sweep_layout,
+    predict_benchmarks,
+    predict_sweeps,
+    run_gpu_hours,
+    spearman,
+)
+from benchmarks.reference_data import run_rows, sweep_free_pins, sweep_rows
+from trainplan.planner import Catalog, load_catalog
+from trainplan.planner.memory import estimate_memory
+
+pytestmark = pytest.mark.reference
+
+ROW_TOLERANCE = 0.15
+MEAN_TOLERANCE = 0.10
+RUN_TOLERANCE = 0.15
+FREE_CHOICE_TOLERANCE = 0.10
+RANK_CORRELATION = {
+    "3.6B": 0.8,
+    "175B": 0.8,
+    # Below the 0.8 goal: these sweeps hold layouts measured slower than any smooth cost
+    # model explains (TP2 runs ~35% slower than TP4 at equal work per GPU; micro-batch 16
+    # slower than 8 without a pipeline). See BENCHMARKS.md, "Layout ranking".
+    "18.4B": 0.65,
+    "39.1B": 0.65,
+}
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog()
+
+
+@pytest.fixture(scope="module")
+def benchmark_predictions(catalog: Catalog) -> list[Prediction]:
+    return predict_benchmarks(catalog, catalog.calibration)
+
+
+def test_every_benchmark_row_has_a_feasible_pinned_layout(
+    benchmark_predictions: list[Prediction],
+) -> None:
+    infeasible = [p.row_id for p in benchmark_predictions if not math.isfinite(p.predicted)]
+    assert infeasible == []
+
+
+def test_each_benchmark_row_within_tolerance(benchmark_predictions: list[Prediction]) -> None:
+    misses = {
+        p.row_id: f"{p.error:+.1%}"
+        for p in benchmark_predictions
+        if abs(p.error) > ROW_TOLERANCE
+    }
+    assert misses == {}
+
+
+def test_mean_absolute_error_of_benchmarks(benchmark_predictions: list[Prediction]) -> None:
+    errors = [abs(p.error) for p in benchmark_predictions]
+    assert sum(errors) / len(errors) <= MEAN_TOLERANCE
+
+
+def test_planner_beats_the_six_n_d_baseline(benchmark_predictions: list[Prediction]) -> None:
+    planner = sum(abs(p.error) for p in benchmark_predictions)
+    baseline = sum(abs(p.baseline_error) for p in benchmark_predictions)
+    assert planner < baseline / 2
+
+
+@pytest.mark.parametrize("model", sorted(RANK_CORRELATION))
+def test_sweep_rank_correlation(catalog: Catalog, model: str) -> None:
+    pairs = [
+        (row.measured_step_seconds, predicted)
+        for row, predicted in predict_sweeps(catalog, catalog.calibration)
+        if row.model == model
+    ]
+    assert len(pairs) >= 10
+    rho = spearman([m for m, _ in pairs], [p for _, p in pairs])
+    assert rho >= RANK_CORRELATION[model]
+
+
+@pytest.mark.parametrize("model", ["3.6B", "18.4B", "39.1B", "175B"])
+def test_free_choice_near_fastest_measured_layout(catalog: Catalog, model: str) -> None:
+    """The planner's own layout (zero stage, recompute and schedule as in the sweep) is
+    within 10% of the fastest measured: by its measured time when that layout was
+    measured, else by its predicted time."""
+    rows = [row for row in sweep_rows(catalog) if row.model == model]
+    measured = {exact_sweep_layout(row): row.measured_step_seconds for row in rows}
+    fastest = min(measured.values())
+    choice = best_pinned(rows[0].workload, rows[0].gpus, sweep_free_pins(), catalog.calibration)
+    assert choice is not None
+    seconds = measured.get(choice.layout, choice.step_seconds)
+    assert abs(seconds / fastest - 1) <= FREE_CHOICE_TOLERANCE
+
+
+def test_whole_runs_gpu_hours_within_tolerance(catalog: Catalog) -> None:
+    errors = {}
+    for row in run_rows(catalog):
+        gpu_hours, choice = run_gpu_hours(row, catalog.calibration)
+        assert choice is not None
+        errors[row.row_id] = gpu_hours / row.published_gpu_hours - 1
+    assert errors
+    assert all(abs(e) <= RUN_TOLERANCE for e in errors.values()), errors
+
+
+def test_memory_model_admits_every_measured_sweep_layout(catalog: Catalog) -> None:
+    """Each sweep layout ran on 80 GB A100s, so the memory model must let it fit."""
+    too_big = [
+        exact_sweep_layout(row).describe()
+        for row in sweep_rows(catalog)
+        if not estimate_memory(row.workload, exact_sweep_layout(row), catalog.calibration).fits
+    ]
+    assert too_big == []
+
+
+def test_sweeps_group_by_model(catalog: Catalog) -> None:
+    counts: dict[str, int] = defaultdict(int)
+    for row in sweep_rows(catalog):
+        counts[row.model] += 1
+    assert set(counts) == set(RANK_CORRELATION)
