@@ -181,8 +181,14 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
     # freed before the first recomputed layer's backward, so the two share one peak: only
     # what the logits need beyond the rebuilt layer counts.
     logits = max(0.0, tokens * shape.vocab_size / layout.tensor * (e + 4) - rebuilt)
-    if layout.pipeline > 1 and last_stage_activations + logits < activations:
-        logits = 0.0  # the first stage, without logits, is the most loaded
+    if layout.pipeline > 1:
+        # The first stage holds the most micro-batches, the last the logits: the larger
+        # of the two is the peak, compared as the total counts them (with fragmentation).
+        fragmented = 1.0 + calibration.memory_fragmentation
+        if last_stage_activations * fragmented + logits >= activations * fragmented:
+            activations = last_stage_activations
+        else:
+            logits = 0.0
 
     gathered = 0.0
     if layout.zero_stage >= 3:

@@ -18,7 +18,7 @@ from trainplan.planner.flops import model_flops_per_token
 from trainplan.planner.layout import CHECKPOINTING_LEVELS, Checkpointing, Layout, Workload
 from trainplan.planner.memory import MemoryEstimate, estimate_memory
 from trainplan.planner.reliability import ReliabilityEstimate, estimate_reliability
-from trainplan.planner.steptime import StepTime, step_time
+from trainplan.planner.steptime import FLASH_CAUSAL_FRACTION, StepTime, step_time
 
 _MAX_VIRTUAL_STAGES = 8
 _MAX_MICRO_BATCH = 64
@@ -180,8 +180,9 @@ def generate_layouts(workload: Workload, gpus: int, pins: LayoutPins) -> Iterato
 
 
 def _zero_stages(p: int, d: int, pins: LayoutPins) -> list[int]:
+    """ZeRO stages; stage 3 never with pipelining (the frameworks launched cannot)."""
     if pins.zero_stage is not None:
-        return [pins.zero_stage]
+        return [] if pins.zero_stage == 3 and p > 1 else [pins.zero_stage]
     if d == 1:
         return [0]
     return [0, 1, 2] if p > 1 else [0, 1, 2, 3]
@@ -207,9 +208,9 @@ def _sequence_parallel(t: int, pins: LayoutPins) -> list[bool]:
 def _virtual_stages(layers: int, p: int, pins: LayoutPins) -> list[int]:
     if p == 1:
         return [1]
-    if pins.virtual_stages is not None:
-        return [pins.virtual_stages]
     per_stage = layers // p
+    if pins.virtual_stages is not None:
+        return [pins.virtual_stages] if per_stage % pins.virtual_stages == 0 else []
     return [v for v in divisors(per_stage) if v <= _MAX_VIRTUAL_STAGES]
 
 
@@ -230,8 +231,8 @@ class Evaluator:
 
     def __post_init__(self) -> None:
         shape = self.workload.shape
-        self._model_flops_per_step = model_flops_per_token(shape) * self.workload.tokens_per_step
-        self._peak = self.workload.gpu.peak_flops_for(self.workload.precision)
+        self.model_flops_per_step = model_flops_per_token(shape) * self.workload.tokens_per_step
+        self.peak_flops_per_gpu = self.workload.gpu.peak_flops_for(self.workload.precision)
 
     def memory(self, layout: Layout) -> MemoryEstimate:
         return estimate_memory(self.workload, layout, self.calibration)
@@ -261,8 +262,8 @@ class Evaluator:
             memory=memory,
             step=step,
             reliability=reliability,
-            model_flops_per_step=self._model_flops_per_step,
-            peak_flops_per_gpu=self._peak,
+            model_flops_per_step=self.model_flops_per_step,
+            peak_flops_per_gpu=self.peak_flops_per_gpu,
         )
 
     def evaluate_all(self, layouts: Iterable[Layout]) -> list[Evaluation]:
@@ -302,39 +303,36 @@ def best_at(evaluator: Evaluator, gpus: int, pins: LayoutPins) -> list[Evaluatio
     return evaluator.evaluate_all(generate_layouts(evaluator.workload, gpus, pins))
 
 
+def duration_lower_bound_seconds(evaluator: Evaluator, gpus: int) -> float:
+    """A duration no layout on `gpus` GPUs can beat: the model FLOPs of the run at the
+    fastest rate any kernel of the step-time model reaches (no communication, bubble,
+    memory traffic, recomputation or failures)."""
+    calibration = evaluator.calibration
+    arch = calibration.architecture(evaluator.workload.gpu.architecture)
+    fastest_fraction = max(
+        arch.gemm_efficiency, arch.flash_attention_efficiency / FLASH_CAUSAL_FRACTION
+    )
+    rate = gpus * evaluator.peak_flops_per_gpu * fastest_fraction
+    return evaluator.model_flops_per_step * evaluator.run.total_steps / rate
+
+
 def select_fewest_gpus_for_deadline(
     evaluator: Evaluator, counts: list[int], pins: LayoutPins, deadline_seconds: float
 ) -> tuple[Evaluation | None, dict[int, list[Evaluation]]]:
     """The smallest GPU count whose best plan finishes by the deadline.
 
-    Binary search over the candidate counts, assuming more GPUs never make the best plan
-    slower; the few counts just below the answer are checked too, since batch
-    divisibility can make that assumption fail locally. Returns the choice and every
-    count it evaluated.
+    Counts are tried from the smallest up, skipping those whose lower bound
+    (`duration_lower_bound_seconds`) already misses the deadline; the first count whose
+    best plan meets it wins. The best duration is not monotone in the GPU count (batch
+    divisibility and pipeline shapes), so no count is assumed from its neighbours.
+    Returns the choice and every count it evaluated.
     """
     seen: dict[int, list[Evaluation]] = {}
-
-    def best(count: int) -> Evaluation | None:
-        if count not in seen:
-            seen[count] = best_at(evaluator, count, pins)
-        return select_fastest(seen[count])
-
-    def meets(count: int) -> bool:
-        choice = best(count)
-        return choice is not None and choice.duration_seconds <= deadline_seconds
-
-    low, high = 0, len(counts) - 1
-    if high < 0 or not meets(counts[high]):
-        return None, seen
-    while low < high:
-        middle = (low + high) // 2
-        if meets(counts[middle]):
-            high = middle
-        else:
-            low = middle + 1
-    answer = low
-    for index in range(max(0, low - 3), low):
-        if meets(counts[index]):
-            answer = index
-            break
-    return best(counts[answer]), seen
+    for count in counts:
+        if duration_lower_bound_seconds(evaluator, count) > deadline_seconds:
+            continue
+        seen[count] = best_at(evaluator, count, pins)
+        choice = select_fastest(seen[count])
+        if choice is not None and choice.duration_seconds <= deadline_seconds:
+            return choice, seen
+    return None, seen

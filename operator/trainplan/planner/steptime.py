@@ -26,7 +26,7 @@ from trainplan.planner.memory import (
 )
 from trainplan.planner.shapes import ModelShape
 
-_FLASH_CAUSAL_FRACTION = 0.5  # a causal fused kernel skips the masked half of the scores
+FLASH_CAUSAL_FRACTION = 0.5  # a causal fused kernel skips the masked half of the scores
 _FLASH_BACKWARD_RATIO = 2.5  # flash backward recomputes the scores: 2.5 x forward FLOPs
 
 
@@ -114,7 +114,7 @@ def layer_pass_seconds(
     heads_per_gpu = shape.attention_heads / t
     score_elements = layout.micro_batch_size * heads_per_gpu * shape.sequence_length**2
     if workload.attention == "flash":
-        core_flops = 4.0 * tokens * shape.sequence_length * h / t * _FLASH_CAUSAL_FRACTION
+        core_flops = 4.0 * tokens * shape.sequence_length * h / t * FLASH_CAUSAL_FRACTION
         attention_forward = core_flops / device.flash_flops_per_second
         attention_backward = _FLASH_BACKWARD_RATIO * attention_forward
     else:

@@ -1,0 +1,270 @@
+"""Step time: ring collectives, tensor-parallel traffic, the 1F1B bubble and kernel time."""
+
+from dataclasses import replace
+
+import pytest
+
+from trainplan.planner.calibration import Calibration
+from trainplan.planner.catalog import Catalog, GPUSpec
+from trainplan.planner.layout import AttentionKernel, Checkpointing, Layout, Workload
+from trainplan.planner.shapes import ModelShape
+from trainplan.planner.steptime import (
+    StepTime,
+    all_reduce_seconds,
+    collective_bandwidth_bytes_per_second,
+    data_comm_seconds,
+    layer_pass_seconds,
+    logits_pass_seconds,
+    step_time,
+    tensor_comm_seconds_per_layer_pass,
+)
+
+
+def shape(layers: int = 32, hidden: int = 4096, heads: int = 32) -> ModelShape:
+    return ModelShape(
+        layers=layers,
+        hidden_size=hidden,
+        attention_heads=heads,
+        kv_heads=heads,
+        ffn_hidden_size=4 * hidden,
+        gated_mlp=False,
+        vocab_size=50304,
+        sequence_length=2048,
+        tied_embeddings=False,
+    )
+
+
+def workload(gpu: GPUSpec, attention: AttentionKernel = "flash", batch: int = 512) -> Workload:
+    return Workload(
+        shape=shape(),
+        gpu=gpu,
+        gpus_per_node=8,
+        global_batch_size=batch,
+        precision="bf16",
+        optimizer="adamw",
+        attention=attention,
+    )
+
+
+def layout(
+    tensor: int = 1,
+    pipeline: int = 1,
+    data: int = 1,
+    *,
+    micro: int = 1,
+    accumulation: int = 8,
+    zero: int = 0,
+    checkpointing: Checkpointing = "none",
+    sp: bool = False,
+    virtual: int = 1,
+) -> Layout:
+    return Layout(
+        tensor=tensor,
+        pipeline=pipeline,
+        data=data,
+        micro_batch_size=micro,
+        accumulation_steps=accumulation,
+        zero_stage=zero,
+        checkpointing=checkpointing,
+        sequence_parallel=sp,
+        virtual_stages=virtual,
+    )
+
+
+# ----------------------------------------------------------------- collectives
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8, 16, 64, 1024])
+@pytest.mark.parametrize("size", [1.0, 1e6, 3.2e9])
+def test_ring_all_reduce_cost(calibration: Calibration, n: int, size: float) -> None:
+    # Patarasuk and Yuan 2009: 2 (n-1)/n x bytes / bandwidth, plus one latency per ring step.
+    bandwidth = 1.5e11
+    expected = 2 * (n - 1) / n * size / bandwidth + 2 * (n - 1) * (
+        calibration.collective_latency_seconds
+    )
+    assert all_reduce_seconds(size, n, bandwidth, calibration) == pytest.approx(expected)
+
+
+def test_all_reduce_over_one_rank_is_free(calibration: Calibration) -> None:
+    assert all_reduce_seconds(1e9, 1, 1e11, calibration) == 0.0
+
+
+@pytest.mark.parametrize("group", [2, 4, 8])
+def test_collective_inside_a_node_uses_nvlink(
+    a100: GPUSpec, calibration: Calibration, group: int
+) -> None:
+    bandwidth = collective_bandwidth_bytes_per_second(workload(a100), group, group, calibration)
+    assert bandwidth == pytest.approx(
+        a100.nvlink_bandwidth_bytes_per_second * calibration.nvlink_efficiency
+    )
+
+
+@pytest.mark.parametrize(("group", "members"), [(16, 8), (64, 8), (16, 1), (32, 4)])
+def test_collective_across_nodes_uses_the_network_capped_by_nvlink(
+    a100: GPUSpec, calibration: Calibration, group: int, members: int
+) -> None:
+    intra = a100.nvlink_bandwidth_bytes_per_second * calibration.nvlink_efficiency
+    inter = members * a100.network_bandwidth_bytes_per_second * calibration.network_efficiency
+    bandwidth = collective_bandwidth_bytes_per_second(workload(a100), group, members, calibration)
+    assert bandwidth == pytest.approx(min(intra, inter))
+    assert bandwidth <= intra
+    # A network faster than NVLink cannot lift the collective above the intra-node link.
+    fast = replace(a100, network_bandwidth_bytes_per_second=1e15)
+    capped = collective_bandwidth_bytes_per_second(workload(fast), group, members, calibration)
+    assert capped == pytest.approx(intra)
+
+
+# ----------------------------------------------------------------- tensor parallelism
+
+
+@pytest.mark.parametrize("tensor", [2, 4, 8])
+def test_tensor_comm_is_four_all_reduces_of_the_activations(
+    a100: GPUSpec, calibration: Calibration, tensor: int
+) -> None:
+    # Shoeybi et al. 2019, Figure 4: two all-reduces forward and two backward per layer.
+    work = workload(a100)
+    lay = layout(tensor, micro=2)
+    size = 2 * work.shape.sequence_length * work.shape.hidden_size * 2  # b s h bf16 bytes
+    bandwidth = collective_bandwidth_bytes_per_second(work, tensor, tensor, calibration)
+    assert tensor_comm_seconds_per_layer_pass(work, lay, calibration) == pytest.approx(
+        4 * all_reduce_seconds(size, tensor, bandwidth, calibration)
+    )
+
+
+@pytest.mark.parametrize("tensor", [2, 4, 8, 16])
+def test_full_recompute_adds_two_all_reduces(
+    a100: GPUSpec, calibration: Calibration, tensor: int
+) -> None:
+    work = workload(a100)
+    none, selective, full = (
+        tensor_comm_seconds_per_layer_pass(work, layout(tensor, checkpointing=c), calibration)
+        for c in ("none", "selective", "full")
+    )
+    assert none > 0
+    assert full / none == pytest.approx(6 / 4)
+    assert selective == pytest.approx(none)
+
+
+def test_no_tensor_comm_without_tensor_parallelism(a100: GPUSpec, calibration: Calibration) -> None:
+    work = workload(a100)
+    assert tensor_comm_seconds_per_layer_pass(work, layout(1), calibration) == 0.0
+    assert step_time(work, layout(1), calibration).tensor_comm_seconds == 0.0
+
+
+@pytest.mark.parametrize("gpu_name", ["A100-SXM4-80GB", "H100-SXM5-80GB"])
+def test_tensor_group_across_nodes_is_slower(
+    catalog: Catalog, calibration: Calibration, gpu_name: str
+) -> None:
+    """t = 16 on 8-GPU nodes crosses the network; t = 8 stays on NVLink."""
+    work = workload(catalog.gpu(gpu_name))
+    within = step_time(work, layout(8, sp=True), calibration)
+    across = step_time(work, layout(16, sp=True), calibration)
+    assert across.tensor_comm_seconds > within.tensor_comm_seconds
+    assert tensor_comm_seconds_per_layer_pass(
+        work, layout(16), calibration
+    ) > tensor_comm_seconds_per_layer_pass(work, layout(8), calibration)
+
+
+# ----------------------------------------------------------------- pipeline and step
+
+
+@pytest.mark.parametrize("schedule", [(p, v) for p in (2, 4, 8) for v in (1, 2, 4)])
+@pytest.mark.parametrize(("accumulation", "tensor"), [(m, t) for m in (8, 16, 32) for t in (1, 4)])
+def test_pipeline_bubble_is_p_minus_1_over_v_micro_batches(
+    a100: GPUSpec,
+    calibration: Calibration,
+    schedule: tuple[int, int],
+    accumulation: int,
+    tensor: int,
+) -> None:
+    """`schedule` is (pipeline stages p, interleaved chunks v)."""
+    # Narayanan et al. 2021, section 2.2.2: bubble = (p - 1) / v x one micro-batch's time.
+    pipeline, virtual = schedule
+    work = workload(a100)
+    lay = layout(tensor, pipeline, accumulation=accumulation, virtual=virtual, sp=tensor > 1)
+    step = step_time(work, lay, calibration)
+    per_micro_batch = (step.compute_seconds + step.tensor_comm_seconds) / accumulation
+    assert step.pipeline_bubble_seconds / per_micro_batch == pytest.approx((pipeline - 1) / virtual)
+
+
+def test_no_bubble_and_no_p2p_without_pipeline(a100: GPUSpec, calibration: Calibration) -> None:
+    step = step_time(workload(a100), layout(2, 1, 4, sp=True), calibration)
+    assert step.pipeline_bubble_seconds == 0.0
+    assert step.pipeline_comm_seconds == 0.0
+
+
+@pytest.mark.parametrize(
+    "lay",
+    [
+        layout(),
+        layout(8, 4, 2, zero=1, sp=True, virtual=2),
+        layout(2, 1, 8, zero=3, checkpointing="full", micro=2, accumulation=4),
+        layout(4, 2, 4, zero=2, checkpointing="selective"),
+    ],
+    ids=lambda lay: lay.describe(),
+)
+@pytest.mark.parametrize("attention", ["flash", "standard"])
+def test_step_seconds_is_the_sum_of_its_parts(
+    a100: GPUSpec, calibration: Calibration, lay: Layout, attention: AttentionKernel
+) -> None:
+    step = step_time(workload(a100, attention), lay, calibration)
+    parts = (
+        step.compute_seconds,
+        step.tensor_comm_seconds,
+        step.pipeline_bubble_seconds,
+        step.pipeline_comm_seconds,
+        step.data_comm_seconds,
+        step.optimizer_seconds,
+    )
+    assert all(part >= 0 for part in parts)
+    assert step.step_seconds == pytest.approx(sum(parts))
+
+
+def test_step_time_of_handmade_parts() -> None:
+    step = StepTime(1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
+    assert step.step_seconds == 21.0
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_no_data_comm_with_one_data_rank(
+    a100: GPUSpec, calibration: Calibration, zero: int
+) -> None:
+    work = workload(a100)
+    lay = layout(8, 1, 1, zero=zero, sp=True)
+    assert data_comm_seconds(work, lay, calibration, 1.0) == 0.0
+    assert step_time(work, lay, calibration).data_comm_seconds == 0.0
+    if zero < 3:  # ZeRO-3 traffic may hide entirely behind compute
+        two_ranks = step_time(work, layout(8, 1, 2, zero=zero, sp=True), calibration)
+        assert two_ranks.data_comm_seconds > 0
+
+
+@pytest.mark.parametrize("attention", ["flash", "standard"])
+@pytest.mark.parametrize("tensor", [1, 2, 8])
+@pytest.mark.parametrize("micro", [1, 2, 4, 8, 16])
+def test_doubling_the_micro_batch_never_shortens_kernels(
+    a100: GPUSpec, calibration: Calibration, attention: AttentionKernel, tensor: int, micro: int
+) -> None:
+    work = workload(a100, attention)
+    small = layout(tensor, micro=micro, sp=tensor > 1)
+    large = replace(small, micro_batch_size=2 * micro, accumulation_steps=4)
+    one, two = (layer_pass_seconds(work, lay, calibration) for lay in (small, large))
+    assert two.forward_seconds >= one.forward_seconds
+    assert two.backward_seconds >= one.backward_seconds
+    assert two.attention_forward_seconds >= one.attention_forward_seconds
+    assert logits_pass_seconds(work, large, calibration) >= logits_pass_seconds(
+        work, small, calibration
+    )
+
+
+@pytest.mark.parametrize("checkpointing", ["selective", "full"])
+@pytest.mark.parametrize("attention", ["flash", "standard"])
+def test_recompute_costs_compute_time(
+    a100: GPUSpec,
+    calibration: Calibration,
+    checkpointing: Checkpointing,
+    attention: AttentionKernel,
+) -> None:
+    work = workload(a100, attention)
+    plain = step_time(work, layout(2, sp=True), calibration)
+    recomputed = step_time(work, layout(2, sp=True, checkpointing=checkpointing), calibration)
+    assert recomputed.compute_seconds > plain.compute_seconds
