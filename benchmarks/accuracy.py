@@ -221,17 +221,19 @@ def report(catalog: Catalog) -> str:
         "|---|---:|---:|---:|---|---:|---:|---|",
     ]
     by_model: dict[str, list[tuple[SweepRow, float]]] = {}
-    for row, predicted in predict_sweeps(catalog, calibration):
-        by_model.setdefault(row.model, []).append((row, predicted))
+    for sweep_row, sweep_seconds in predict_sweeps(catalog, calibration):
+        by_model.setdefault(sweep_row.model, []).append((sweep_row, sweep_seconds))
     for model, pairs in by_model.items():
         measured = [row.measured_step_seconds for row, _ in pairs]
-        predicted = [value for _, value in pairs]
-        rho = spearman(measured, predicted)
-        mae = sum(abs(p / m - 1) for m, p in zip(measured, predicted, strict=True)) / len(pairs)
+        predicted_seconds = [value for _, value in pairs]
+        rho = spearman(measured, predicted_seconds)
+        mae = sum(abs(p / m - 1) for m, p in zip(measured, predicted_seconds, strict=True)) / len(
+            pairs
+        )
         first = pairs[0][0]
         fastest = min(measured)
         choice = best_pinned(first.workload, first.gpus, sweep_free_pins(), calibration)
-        table = {exact_sweep_layout(row): row.measured_step_seconds for row, _ in pairs}
+        table = {exact_sweep_layout(r): r.measured_step_seconds for r, _ in pairs}
         if choice is None:
             free, seconds = "none", "-"
         elif choice.layout in table:

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import resources
+from typing import Any
 
 import numpy as np
 import yaml
@@ -64,13 +65,11 @@ def _arch_parameter(
 
 
 def _parameter(field: str, low: float, high: float) -> Parameter:
-    return Parameter(
-        field,
-        low,
-        high,
-        lambda c: float(getattr(c, field)),
-        lambda c, v: replace(c, **{field: v}),
-    )
+    def set_(calibration: Calibration, value: float) -> Calibration:
+        changes: dict[str, Any] = {field: value}
+        return replace(calibration, **changes)
+
+    return Parameter(field, low, high, lambda c: float(getattr(c, field)), set_)
 
 
 PARAMETERS = (

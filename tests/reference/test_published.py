@@ -22,7 +22,7 @@ from benchmarks.accuracy import (
     spearman,
 )
 from benchmarks.reference_data import run_rows, sweep_free_pins, sweep_rows
-from trainplan.planner import Catalog, load_catalog
+from trainplan.planner import Catalog
 from trainplan.planner.memory import estimate_memory
 
 pytestmark = pytest.mark.reference
@@ -43,11 +43,6 @@ RANK_CORRELATION = {
 
 
 @pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return load_catalog()
-
-
-@pytest.fixture(scope="module")
 def benchmark_predictions(catalog: Catalog) -> list[Prediction]:
     return predict_benchmarks(catalog, catalog.calibration)
 
@@ -61,9 +56,7 @@ def test_every_benchmark_row_has_a_feasible_pinned_layout(
 
 def test_each_benchmark_row_within_tolerance(benchmark_predictions: list[Prediction]) -> None:
     misses = {
-        p.row_id: f"{p.error:+.1%}"
-        for p in benchmark_predictions
-        if abs(p.error) > ROW_TOLERANCE
+        p.row_id: f"{p.error:+.1%}" for p in benchmark_predictions if abs(p.error) > ROW_TOLERANCE
     }
     assert misses == {}
 

@@ -100,11 +100,6 @@ models:
 """
 
 
-@pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return load_catalog()
-
-
 def test_packaged_catalog_loads(catalog: Catalog) -> None:
     assert catalog.gpu_names() == GPU_NAMES
     assert catalog.model_names() == MODEL_NAMES

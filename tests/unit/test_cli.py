@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 
 from trainplan.api import Plan, TrainingPlan
 from trainplan.cli.main import main
-from trainplan.planner import Catalog, load_catalog, plan
+from trainplan.planner import Catalog, plan
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
@@ -119,11 +119,6 @@ SMALL_SPEC: dict[str, Any] = {
     "objective": {"gpus": 8},
 }
 """A quick, feasible spec; the error cases below each break one thing in it."""
-
-
-@pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return load_catalog()
 
 
 def invoke(args: Sequence[str]) -> Result:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from trainplan.api import API_VERSION, TrainingPlan, TrainingPlanSpec
-from trainplan.planner import Catalog, load_catalog
+from trainplan.planner import Catalog
 from trainplan.planner.resolve import resolve_shape
 from trainplan.planner.shapes import parameter_count
 
@@ -30,11 +30,6 @@ class Example:
     @property
     def spec(self) -> TrainingPlanSpec:
         return self.resource.spec
-
-
-@pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return load_catalog()
 
 
 @pytest.fixture(scope="module")

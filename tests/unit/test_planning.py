@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from trainplan.api import ObjectiveSpec, Plan, PlanLayout, TrainingPlan, TrainingPlanSpec
-from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, load_catalog, plan
+from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
 from trainplan.planner.planning import DEFAULT_GPU_CEILING
 from trainplan.planner.resolve import resolve, resolve_shape
 from trainplan.planner.search import candidate_gpu_counts
@@ -30,11 +30,6 @@ SMALL: dict[str, Any] = {
     "objective": {"gpus": 8},
 }
 """Llama 2 7B on a few A100-80GB nodes: quick to plan and feasible."""
-
-
-@pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return load_catalog()
 
 
 _EXAMPLE_PLANS: dict[str, Plan] = {}
