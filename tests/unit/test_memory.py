@@ -1,14 +1,15 @@
 """Memory per GPU against Korthikanti et al. 2022 (activations) and ZeRO (model states)."""
 
 from itertools import pairwise
+from typing import Any
 
 import pytest
 
+from tests.builders import make_layout
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.catalog import GPUSpec
 from trainplan.planner.layout import (
     AttentionKernel,
-    Checkpointing,
     Layout,
     Optimizer,
     Precision,
@@ -58,29 +59,10 @@ SHAPES = [
 ]
 
 
-def layout(
-    tensor: int = 1,
-    pipeline: int = 1,
-    data: int = 1,
-    *,
-    micro: int = MICRO_BATCH,
-    accumulation: int = 8,
-    zero: int = 0,
-    checkpointing: Checkpointing = "none",
-    sp: bool = False,
-    virtual: int = 1,
-) -> Layout:
-    return Layout(
-        tensor=tensor,
-        pipeline=pipeline,
-        data=data,
-        micro_batch_size=micro,
-        accumulation_steps=accumulation,
-        zero_stage=zero,
-        checkpointing=checkpointing,
-        sequence_parallel=sp,
-        virtual_stages=virtual,
-    )
+def layout(tensor: int = 1, pipeline: int = 1, data: int = 1, **options: Any) -> Layout:
+    """`make_layout` with this file's micro-batch by default."""
+    options.setdefault("micro", MICRO_BATCH)
+    return make_layout(tensor, pipeline, data, **options)
 
 
 def layer_bytes(

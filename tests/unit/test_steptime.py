@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.builders import make_layout
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.catalog import Catalog, GPUSpec
 from trainplan.planner.layout import AttentionKernel, Checkpointing, Layout, Workload
@@ -46,29 +47,7 @@ def workload(gpu: GPUSpec, attention: AttentionKernel = "flash", batch: int = 51
     )
 
 
-def layout(
-    tensor: int = 1,
-    pipeline: int = 1,
-    data: int = 1,
-    *,
-    micro: int = 1,
-    accumulation: int = 8,
-    zero: int = 0,
-    checkpointing: Checkpointing = "none",
-    sp: bool = False,
-    virtual: int = 1,
-) -> Layout:
-    return Layout(
-        tensor=tensor,
-        pipeline=pipeline,
-        data=data,
-        micro_batch_size=micro,
-        accumulation_steps=accumulation,
-        zero_stage=zero,
-        checkpointing=checkpointing,
-        sequence_parallel=sp,
-        virtual_stages=virtual,
-    )
+layout = make_layout
 
 
 # ----------------------------------------------------------------- collectives
