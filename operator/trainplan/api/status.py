@@ -109,6 +109,10 @@ class TrainingPlanStatus(ApiModel):
     )
     conditions: tuple[Condition, ...] = Field((), description="Standard conditions.")
     plan: Plan | None = Field(None, description="The plan in force.")
+    gpus: int | None = Field(None, ge=1, description="GPUs of the plan in force (printer column).")
+    layout: str | None = Field(
+        None, description="The plan's layout in short, e.g. 'TP8 PP2 DP128' (printer column)."
+    )
     job_name: str | None = Field(None, description="Name of the training Job or JobSet.")
     start_time: AwareDatetime | None = Field(None, description="When training started.")
     completion_time: AwareDatetime | None = Field(None, description="When training ended.")
