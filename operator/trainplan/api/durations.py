@@ -8,7 +8,7 @@ import re
 from types import MappingProxyType
 from typing import Annotated, Final
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, WithJsonSchema
 
 _UNIT_SECONDS: Final = MappingProxyType(
     {"w": 604_800.0, "d": 86_400.0, "h": 3_600.0, "m": 60.0, "s": 1.0}
@@ -105,7 +105,23 @@ def _validate_duration(text: str) -> str:
     return text
 
 
-Duration = Annotated[str, AfterValidator(_validate_duration)]
+_SCHEMA_NUMBER: Final = r"[0-9]+(\.[0-9]+)?"
+DURATION_PATTERN: Final = (
+    rf"^\s*(({_SCHEMA_NUMBER}[wdhms]\s*)+"
+    rf"|[Pp]({_SCHEMA_NUMBER}[Ww])?({_SCHEMA_NUMBER}[Dd])?"
+    rf"([Tt]({_SCHEMA_NUMBER}[Hh])?({_SCHEMA_NUMBER}[Mm])?({_SCHEMA_NUMBER}[Ss])?)?)\s*$"
+)
+"""The shape of a duration for JSON Schema and the CRD (RE2- and Python-compatible).
+
+Looser than `parse_duration_seconds` (it admits "0d" or "P"), never stricter: the API server
+rejects obvious mistakes such as "14" or "1mo", and the operator checks the rest.
+"""
+
+Duration = Annotated[
+    str,
+    AfterValidator(_validate_duration),
+    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
+]
 """A duration string, kept as the user wrote it and checked by `parse_duration_seconds`."""
 
 

@@ -9,7 +9,7 @@ Pure: pydantic and the standard library only; no I/O.
 
 from typing import Annotated, Final, Literal, Self
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
 from trainplan.api.base import ApiModel
 from trainplan.api.durations import Duration, parse_duration_seconds
@@ -27,15 +27,33 @@ def _number_to_text(value: object) -> object:
     return value
 
 
-Quantity = Annotated[str, BeforeValidator(_number_to_text)]
-"""A Kubernetes resource quantity ("32", "256Gi"); a bare number is read as its text."""
+Quantity = Annotated[
+    str,
+    BeforeValidator(_number_to_text),
+    WithJsonSchema(
+        {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True},
+        mode="validation",
+    ),
+]
+"""A Kubernetes resource quantity ("32", "256Gi"); a bare number is read as its text.
+
+Its input schema is Kubernetes' int-or-string, as for the quantities of built-in kinds.
+"""
+
+_NAME_MAX_LENGTH: Final = 253
+"""Longest Kubernetes object name (a DNS subdomain), and the cap on catalog names."""
+_LABEL_VALUE_MAX_LENGTH: Final = 63
+"""Longest Kubernetes label value (Kueue's queue name is one)."""
 
 
 class ModelSpec(ApiModel):
     """The model: a catalog preset, an explicit shape, or a preset with explicit overrides."""
 
     preset: str | None = Field(
-        None, min_length=1, description="Catalog model name, e.g. llama2-7b."
+        None,
+        min_length=1,
+        max_length=_NAME_MAX_LENGTH,
+        description="Catalog model name, e.g. llama2-7b.",
     )
     parameters: float | None = Field(
         None, gt=0, description="Parameter count; derived from the shape when omitted."
@@ -134,7 +152,12 @@ class BatchSpec(ApiModel):
 class HardwareSpec(ApiModel):
     """The GPU type (a catalog name) and the GPUs in one node."""
 
-    gpu_type: str = Field("A100-SXM4-80GB", min_length=1, description="Catalog GPU name.")
+    gpu_type: str = Field(
+        "A100-SXM4-80GB",
+        min_length=1,
+        max_length=_NAME_MAX_LENGTH,
+        description="Catalog GPU name.",
+    )
     gpus_per_node: int = Field(8, ge=1, le=16, description="GPUs per node.")
 
 
@@ -260,12 +283,18 @@ class Toleration(ApiModel):
 class JobSpec(ApiModel):
     """How the training job is launched."""
 
-    image: str | None = Field(None, min_length=1, description="Training container image.")
-    command: tuple[str, ...] = Field(
-        DEFAULT_COMMAND, description="Command run by torchrun; default the reference trainer."
+    image: str | None = Field(
+        None, min_length=1, max_length=1024, description="Training container image."
     )
-    args: tuple[str, ...] = Field((), description="Arguments appended to the command.")
-    env: tuple[EnvVar, ...] = Field((), description="Extra environment variables.")
+    command: tuple[str, ...] = Field(
+        DEFAULT_COMMAND,
+        max_length=256,
+        description="Command run by torchrun; default the reference trainer.",
+    )
+    args: tuple[str, ...] = Field(
+        (), max_length=256, description="Arguments appended to the command."
+    )
+    env: tuple[EnvVar, ...] = Field((), max_length=128, description="Extra environment variables.")
     resources: dict[str, Quantity] = Field(
         default_factory=dict,
         description="Resource requests per pod besides GPUs, e.g. cpu: '32', memory: 256Gi.",
@@ -273,9 +302,14 @@ class JobSpec(ApiModel):
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Node labels the training pods require."
     )
-    tolerations: tuple[Toleration, ...] = Field((), description="Tolerations of the training pods.")
+    tolerations: tuple[Toleration, ...] = Field(
+        (), max_length=64, description="Tolerations of the training pods."
+    )
     checkpoint_volume_claim: str | None = Field(
-        None, min_length=1, description="PersistentVolumeClaim mounted for checkpoints."
+        None,
+        min_length=1,
+        max_length=_NAME_MAX_LENGTH,
+        description="PersistentVolumeClaim mounted for checkpoints.",
     )
     launcher: Literal["Job", "JobSet"] = Field(
         "Job", description="Job (Indexed Job + headless Service) or JobSet."
@@ -284,7 +318,10 @@ class JobSpec(ApiModel):
         "reference", description="How the layout is passed on to the trainer."
     )
     queue_name: str | None = Field(
-        None, min_length=1, description="Kueue LocalQueue name (kueue.x-k8s.io/queue-name)."
+        None,
+        min_length=1,
+        max_length=_LABEL_VALUE_MAX_LENGTH,
+        description="Kueue LocalQueue name (kueue.x-k8s.io/queue-name).",
     )
     suspend: bool = Field(False, description="Create the job suspended.")
     metrics_port: int = Field(
@@ -318,7 +355,10 @@ class TrainingPlanSpec(ApiModel):
     )
     job: JobSpec = Field(default_factory=JobSpec, description="How the training job runs.")
     budget_ref: str | None = Field(
-        None, min_length=1, description="A GPUBudget in the same namespace."
+        None,
+        min_length=1,
+        max_length=_NAME_MAX_LENGTH,
+        description="A GPUBudget in the same namespace.",
     )
 
     @model_validator(mode="after")
