@@ -53,7 +53,9 @@ def examples(catalog: Catalog) -> list[Example]:
 
 def test_there_are_examples() -> None:
     assert len(EXAMPLES) >= 6
-    assert not [path for path in EXAMPLES_DIR.iterdir() if path.suffix != ".yaml"]
+    assert not [
+        path for path in EXAMPLES_DIR.iterdir() if path.is_file() and path.suffix != ".yaml"
+    ]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[path.stem for path in EXAMPLES])

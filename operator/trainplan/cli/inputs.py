@@ -23,6 +23,8 @@ class PlanInput:
     problems: tuple[str, ...]
     spec_path: str = ""
     """Prefix of spec fields in this document: `spec.` for a whole resource."""
+    namespace: str | None = None
+    """The document's metadata.namespace, when it has one."""
 
 
 def _documents(path: Path) -> list[Any]:
@@ -57,7 +59,7 @@ def read_plan_inputs(path: Path) -> list[PlanInput]:
             inputs.append(PlanInput(where, name, None, tuple(format_validation_errors(error))))
             continue
         prefix = "spec." if "spec" in document else ""
-        inputs.append(PlanInput(where, name, spec, (), prefix))
+        inputs.append(PlanInput(where, name, spec, (), prefix, _namespace(document)))
     return inputs
 
 
@@ -68,6 +70,13 @@ def _one_line(error: yaml.YAMLError) -> str:
         problem = error.problem or error.context or "syntax error"
         return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
     return " ".join(str(error).split())
+
+
+def _namespace(document: dict[str, Any]) -> str | None:
+    metadata = document.get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("namespace"), str):
+        return str(metadata["namespace"])
+    return None
 
 
 def _name(document: Any, fallback: str) -> str:

@@ -11,13 +11,9 @@ import click
 import yaml
 from rich.console import Console
 
-from trainplan.cli.inputs import read_plan_inputs
+from trainplan.cli.common import plan_files
 from trainplan.cli.table import print_plan_table
-from trainplan.planner import InfeasiblePlanError, PlanInputError, load_catalog, plan
-
-EXIT_OK = 0
-EXIT_INVALID = 2
-EXIT_INFEASIBLE = 3
+from trainplan.planner import load_catalog
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,36 +41,27 @@ def plan_command(files: tuple[Path, ...], output: str) -> None:
     catalog = load_catalog()
     console = Console()
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
-    status = EXIT_OK
-    plans: list[dict[str, Any]] = []
-    for path in files:
-        for item in read_plan_inputs(path):
-            if item.spec is None:
-                for problem in item.problems:
-                    errors.print(f"{item.label}: {problem}", markup=False)
-                status = EXIT_INVALID
-                continue
-            try:
-                result = plan(item.spec, catalog)
-            except PlanInputError as error:
-                for field, message in error.problems:
-                    where = f"{item.spec_path}{field}"
-                    errors.print(f"{item.label}: {where}: {message}", markup=False)
-                status = EXIT_INVALID
-                continue
-            except InfeasiblePlanError as error:
-                errors.print(f"{item.label}: no feasible plan", markup=False)
-                for reason in error.reasons:
-                    errors.print(f"  {reason}", markup=False)
-                status = max(status, EXIT_INFEASIBLE) if status != EXIT_INVALID else status
-                continue
-            if output == "table":
-                print_plan_table(console, item.name, result)
-            else:
-                plans.append(result.to_document())
-    if output == "json" and plans:
-        document: Any = plans[0] if len(plans) == 1 else plans
-        sys.stdout.write(json.dumps(document, indent=2) + "\n")
-    elif output == "yaml" and plans:
-        sys.stdout.write(yaml.safe_dump_all(plans, sort_keys=False))
+    planned, status = plan_files(files, catalog, lambda line: errors.print(line, markup=False))
+    if output == "table":
+        for entry in planned:
+            print_plan_table(console, entry.item.name, entry.plan)
+    elif planned:
+        documents = [entry.plan.to_document() for entry in planned]
+        if output == "json":
+            document: Any = documents[0] if len(documents) == 1 else documents
+            sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        else:
+            sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False))
     sys.exit(status)
+
+
+def _register_commands() -> None:
+    """The subcommands that live in their own modules."""
+    from trainplan.cli import crds_command, operator_command, render_command
+
+    main.add_command(crds_command.command)
+    main.add_command(operator_command.command)
+    main.add_command(render_command.command)
+
+
+_register_commands()

@@ -1,0 +1,18 @@
+"""Launcher: renders a planned TrainingPlan into the Kubernetes objects that run it.
+
+`render(ref, spec, plan, gpu)` gives the headless Service, the DeepSpeed ConfigMap (for
+`job.framework: deepspeed`) and the Indexed Job or JobSet that run torchrun with the plan's
+layout; `render_for` looks the GPU and the model shape up in the catalog first. `job_name`
+names the Job/JobSet (and Service) of a plan. The environment contract with the training
+program is in `trainplan.launcher.env`, the framework adapters in
+`trainplan.launcher.frameworks`.
+
+Pure: no I/O, no clock; imports only `trainplan.api`, `trainplan.planner`, pydantic and
+the standard library.
+"""
+
+from trainplan.launcher.errors import LauncherError
+from trainplan.launcher.names import job_name, label_value
+from trainplan.launcher.render import PlanRef, render, render_for
+
+__all__ = ["LauncherError", "PlanRef", "job_name", "label_value", "render", "render_for"]

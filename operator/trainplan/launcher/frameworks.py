@@ -1,0 +1,327 @@
+"""Framework adapters: how the plan's layout reaches the training program torchrun runs.
+
+`job.framework` picks one; each turns the plan (layout, batch split, steps, checkpoint
+interval), the resolved model shape and the precision into the program's own flags, and
+rejects layouts the framework cannot run. The user's `job.command` replaces the default
+program when it differs from the spec's default (the reference trainer); `job.args` are
+appended after the generated flags (for argparse-style programs the last occurrence of a
+flag wins, so they can override them).
+
+- `reference`: `python -m trainplan.runtime.train`, no flags: it reads the `TRAINPLAN_`
+  environment (`trainplan.launcher.env`).
+- `megatron`: Megatron-LM's `pretrain_gpt.py` (default `python pretrain_gpt.py`, relative
+  to the image's working directory, the Megatron-LM checkout) with its flags
+  (arguments.py of Megatron-LM core_r0.x): tensor, pipeline and interleaved pipeline
+  degrees, sequence parallelism, micro and global batch, the distributed optimizer for
+  ZeRO-1, recompute, precision, steps, the model shape and checkpointing. Megatron-LM's
+  distributed optimizer is ZeRO-1; a plan with ZeRO-2 or 3 is rejected.
+- `torchtitan`: `python -m torchtitan.train` with `JobConfig` overrides as named in
+  torchtitan v0.1.0 (torchtitan/config/job_config.py, mid-2025): `--parallelism.*`,
+  `--training.*`, `--activation_checkpoint.mode`, `--checkpoint.*`. The model itself is
+  chosen by torchtitan's `--model.name` / `--model.flavor` or a `--job.config_file`, which
+  the user passes in `job.args`. Later torchtitan releases renamed some of these (e.g.
+  `checkpoint.enable_checkpoint` became `checkpoint.enable`); override in `job.args`.
+- `deepspeed`: DeepSpeed is a library called from the user's own script, so `job.command`
+  must name that script; the launcher writes a `ds_config.json` (batch, ZeRO stage,
+  precision, activation checkpointing, AutoTP degree) into a ConfigMap, mounts it, and
+  appends `--deepspeed --deepspeed_config <path>` after `job.args`, the flags of
+  `deepspeed.add_config_arguments`. Pipeline parallelism with ZeRO-2 or 3 is rejected
+  (DeepSpeed forbids it), as is tensor parallelism (AutoTP) with ZeRO-3.
+
+Pure: builds tuples and dicts; no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final
+
+from trainplan.api import DEFAULT_COMMAND, Plan, TrainingPlanSpec
+from trainplan.launcher.errors import LauncherError
+from trainplan.planner.shapes import ModelShape
+
+MEGATRON_PROGRAM: Final = ("python", "pretrain_gpt.py")
+"""Megatron-LM's GPT pre-training script, relative to the image's working directory."""
+
+TORCHTITAN_PROGRAM: Final = ("python", "-m", "torchtitan.train")
+"""torchtitan's training entry point."""
+
+DEFAULT_PROGRAMS: Final[Mapping[str, tuple[str, ...] | None]] = MappingProxyType(
+    {
+        "reference": tuple(DEFAULT_COMMAND),
+        "megatron": MEGATRON_PROGRAM,
+        "torchtitan": TORCHTITAN_PROGRAM,
+        "deepspeed": None,
+    }
+)
+"""The program each framework runs when `job.command` is left at its default; None: the
+user must give one."""
+
+DEEPSPEED_CONFIG_DIR: Final = "/etc/trainplan/deepspeed"
+"""Where the DeepSpeed ConfigMap is mounted in the training container."""
+
+DEEPSPEED_CONFIG_FILE: Final = "ds_config.json"
+"""The key of the DeepSpeed ConfigMap, and the file name under `DEEPSPEED_CONFIG_DIR`."""
+
+_TORCHTITAN_DTYPES: Final = MappingProxyType(
+    {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """What the training container runs under torchrun, and the files it needs.
+
+    `program` is written as a user would run it without torchrun (`python -m module`,
+    `python script.py`, or an executable); `arguments` follow it. `config_files` are
+    (file name, content) pairs for a ConfigMap mounted at `DEEPSPEED_CONFIG_DIR`.
+    """
+
+    program: tuple[str, ...]
+    arguments: tuple[str, ...]
+    config_files: tuple[tuple[str, str], ...] = ()
+
+
+def _program(spec: TrainingPlanSpec) -> tuple[str, ...]:
+    framework = spec.job.framework
+    command = tuple(spec.job.command)
+    if command and command != tuple(DEFAULT_COMMAND):
+        return command
+    default = DEFAULT_PROGRAMS[framework]
+    if default is None:
+        raise LauncherError(
+            [
+                (
+                    "job.command",
+                    f"framework {framework} needs the training script that calls DeepSpeed "
+                    f"(e.g. [python, train.py]); DeepSpeed is a library, not a program",
+                )
+            ]
+        )
+    return default
+
+
+def _flag(name: str, value: int | str) -> tuple[str, str]:
+    return (name, str(value))
+
+
+def megatron_arguments(
+    plan: Plan, shape: ModelShape, precision: str, checkpoint_dir: str
+) -> tuple[str, ...]:
+    """Megatron-LM `pretrain_gpt.py` flags for the plan; LauncherError for ZeRO-2/3."""
+    layout = plan.layout
+    if layout.zero_stage > 1:
+        raise LauncherError(
+            [
+                (
+                    "job.framework",
+                    f"megatron cannot run the plan's ZeRO stage {layout.zero_stage}: "
+                    f"Megatron-LM's distributed optimizer is ZeRO-1. Use framework deepspeed "
+                    f"or torchtitan (they shard gradients and weights), or pin "
+                    f"parallelism.zeroStage to 0 or 1",
+                )
+            ]
+        )
+    args: list[str] = [
+        *_flag("--tensor-model-parallel-size", layout.tensor),
+        *_flag("--pipeline-model-parallel-size", layout.pipeline),
+    ]
+    if layout.virtual_pipeline_stages > 1:
+        layers_per_chunk = shape.layers // (layout.pipeline * layout.virtual_pipeline_stages)
+        args += _flag("--num-layers-per-virtual-pipeline-stage", layers_per_chunk)
+    if layout.sequence_parallel and layout.tensor > 1:
+        args.append("--sequence-parallel")
+    args += [
+        *_flag("--micro-batch-size", layout.micro_batch_size),
+        *_flag("--global-batch-size", layout.global_batch_size),
+    ]
+    if layout.zero_stage == 1:
+        args.append("--use-distributed-optimizer")
+    if layout.activation_checkpointing == "full":
+        args += [
+            "--recompute-granularity",
+            "full",
+            "--recompute-method",
+            "uniform",
+            "--recompute-num-layers",
+            "1",
+        ]
+    elif layout.activation_checkpointing == "selective":
+        args += ["--recompute-granularity", "selective"]
+    if precision in ("bf16", "fp8"):
+        args.append("--bf16")
+    elif precision == "fp16":
+        args.append("--fp16")
+    if precision == "fp8":
+        args += ["--fp8-format", "hybrid"]
+    args += [
+        *_flag("--train-iters", plan.total_steps),
+        *_flag("--num-layers", shape.layers),
+        *_flag("--hidden-size", shape.hidden_size),
+        *_flag("--num-attention-heads", shape.attention_heads),
+    ]
+    if shape.kv_heads < shape.attention_heads:
+        args += ["--group-query-attention", *_flag("--num-query-groups", shape.kv_heads)]
+    args += _flag("--ffn-hidden-size", shape.ffn_hidden_size)
+    if shape.gated_mlp:
+        args.append("--swiglu")
+    if not shape.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    args += [
+        *_flag("--seq-length", shape.sequence_length),
+        *_flag("--max-position-embeddings", shape.sequence_length),
+        *_flag("--save", checkpoint_dir),
+        *_flag("--load", checkpoint_dir),
+        *_flag("--save-interval", plan.reliability.checkpoint_interval_steps),
+    ]
+    return tuple(args)
+
+
+def torchtitan_arguments(
+    plan: Plan, shape: ModelShape, precision: str, checkpoint_dir: str
+) -> tuple[str, ...]:
+    """torchtitan (v0.1.0 `JobConfig`) overrides for the plan; LauncherError for fp16.
+
+    ZeRO maps onto FSDP2: stage 3 is `data_parallel_shard_degree` = data with the default
+    resharding; stages 1 and 2, which torchtitan does not have, become FSDP without
+    resharding after forward (`fsdp_reshard_after_forward never`: weights gathered once
+    per step, gradients and optimizer states sharded, no more memory than ZeRO-2); stage 0
+    is DDP (`data_parallel_replicate_degree` = data) when data parallelism is the only
+    one, since torchtitan's DDP does not combine with tensor or pipeline parallelism, and
+    FSDP without resharding otherwise. torchtitan always pairs tensor parallelism with
+    sequence parallelism. With pipeline parallelism the local batch is a whole step's
+    share of one data-parallel rank, split into micro batches of `microBatchSize`;
+    without, it is one micro batch and torchtitan accumulates gradients up to the global
+    batch.
+    """
+    layout = plan.layout
+    dtype = _TORCHTITAN_DTYPES.get(precision)
+    if dtype is None:
+        raise LauncherError(
+            [
+                (
+                    "training.precision",
+                    f"torchtitan has no {precision} training (no loss scaling); "
+                    f"use bf16, fp8 or fp32, or another framework",
+                )
+            ]
+        )
+    args: list[str] = [
+        *_flag("--parallelism.tensor_parallel_degree", layout.tensor),
+        *_flag("--parallelism.pipeline_parallel_degree", layout.pipeline),
+    ]
+    if layout.pipeline > 1:
+        stages = layout.pipeline * layout.virtual_pipeline_stages
+        schedule = "Interleaved1F1B" if layout.virtual_pipeline_stages > 1 else "1F1B"
+        args += [
+            *_flag("--parallelism.pipeline_parallel_schedule", schedule),
+            *_flag("--parallelism.pipeline_parallel_layers_per_stage", shape.layers // stages),
+            *_flag("--parallelism.pipeline_parallel_microbatch_size", layout.micro_batch_size),
+        ]
+    only_data_parallel = layout.tensor == 1 and layout.pipeline == 1
+    if layout.zero_stage == 0 and only_data_parallel:
+        shard, replicate = 1, layout.data
+    else:
+        shard, replicate = layout.data, 1
+    args += [
+        *_flag("--parallelism.data_parallel_shard_degree", shard),
+        *_flag("--parallelism.data_parallel_replicate_degree", replicate),
+    ]
+    if layout.zero_stage < 3 and shard > 1:
+        args += _flag("--parallelism.fsdp_reshard_after_forward", "never")
+    local_batch = layout.micro_batch_size
+    if layout.pipeline > 1:
+        local_batch *= layout.gradient_accumulation_steps
+    args += [
+        *_flag("--training.local_batch_size", local_batch),
+        *_flag("--training.global_batch_size", layout.global_batch_size),
+        *_flag("--training.seq_len", shape.sequence_length),
+        *_flag("--training.steps", plan.total_steps),
+        *_flag("--training.mixed_precision_param", dtype),
+    ]
+    if precision == "fp8":
+        args += _flag("--model.converters", "float8")
+    args += [
+        *_flag("--activation_checkpoint.mode", layout.activation_checkpointing),
+        "--checkpoint.enable_checkpoint",
+        *_flag("--checkpoint.folder", checkpoint_dir),
+        *_flag("--checkpoint.interval", plan.reliability.checkpoint_interval_steps),
+    ]
+    return tuple(args)
+
+
+def deepspeed_config(plan: Plan, precision: str) -> dict[str, Any]:
+    """The `ds_config.json` for the plan; LauncherError for layouts DeepSpeed rejects."""
+    layout = plan.layout
+    problems: list[tuple[str, str]] = []
+    if layout.pipeline > 1 and layout.zero_stage > 1:
+        problems.append(
+            (
+                "parallelism.zeroStage",
+                f"deepspeed cannot combine pipeline parallelism ({layout.pipeline} stages) "
+                f"with ZeRO stage {layout.zero_stage}: its pipeline engine allows ZeRO 0 or "
+                f"1; pin parallelism.zeroStage to 0 or 1 or parallelism.pipeline to 1",
+            )
+        )
+    if layout.tensor > 1 and layout.zero_stage > 2:
+        problems.append(
+            (
+                "parallelism.zeroStage",
+                f"deepspeed's tensor parallelism (AutoTP, tensor {layout.tensor}) works with "
+                f"ZeRO stages 0 to 2, not 3; pin parallelism.zeroStage to 2 or less or "
+                f"parallelism.tensor to 1",
+            )
+        )
+    if problems:
+        raise LauncherError(problems)
+    config: dict[str, Any] = {
+        "train_batch_size": layout.global_batch_size,
+        "train_micro_batch_size_per_gpu": layout.micro_batch_size,
+        "gradient_accumulation_steps": layout.gradient_accumulation_steps,
+        "zero_optimization": {"stage": layout.zero_stage},
+    }
+    if precision in ("bf16", "fp8"):
+        config["bf16"] = {"enabled": True}
+    elif precision == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0}
+    if layout.activation_checkpointing != "none":
+        config["activation_checkpointing"] = {
+            "partition_activations": layout.tensor > 1,
+            "contiguous_memory_optimization": False,
+            "cpu_checkpointing": False,
+        }
+    if layout.tensor > 1:
+        config["tensor_parallel"] = {"autotp_size": layout.tensor}
+    return config
+
+
+def deepspeed_arguments(config_path: str) -> tuple[str, ...]:
+    """The flags of `deepspeed.add_config_arguments` that name the config file."""
+    return ("--deepspeed", "--deepspeed_config", config_path)
+
+
+def launch_for(
+    spec: TrainingPlanSpec, plan: Plan, shape: ModelShape, checkpoint_dir: str
+) -> Launch:
+    """The program, arguments and config files of the spec's framework for this plan."""
+    framework = spec.job.framework
+    precision = spec.training.precision
+    program = _program(spec)
+    user_args = tuple(spec.job.args)
+    if framework == "megatron":
+        generated = megatron_arguments(plan, shape, precision, checkpoint_dir)
+        return Launch(program, generated + user_args)
+    if framework == "torchtitan":
+        generated = torchtitan_arguments(plan, shape, precision, checkpoint_dir)
+        return Launch(program, generated + user_args)
+    if framework == "deepspeed":
+        config = deepspeed_config(plan, precision)
+        text = json.dumps(config, indent=2) + "\n"
+        path = f"{DEEPSPEED_CONFIG_DIR}/{DEEPSPEED_CONFIG_FILE}"
+        return Launch(
+            program, user_args + deepspeed_arguments(path), ((DEEPSPEED_CONFIG_FILE, text),)
+        )
+    return Launch(program, user_args)
