@@ -562,3 +562,29 @@ def test_pinned_checkpoint_interval_is_kept(catalog: Catalog) -> None:
     assert spec.reliability.checkpoint_interval_steps == 50
 
     assert example_plan("tiny-local", catalog).reliability.checkpoint_interval_steps == 50
+
+
+@pytest.mark.parametrize(
+    ("framework", "allowed"),
+    [("megatron", {0, 1}), ("deepspeed", {0, 1, 2, 3}), ("torchtitan", {0, 1, 2, 3})],
+)
+def test_the_framework_bounds_the_zero_stage(
+    catalog: Catalog, framework: str, allowed: set[int]
+) -> None:
+    document = {**SMALL, "objective": {"maxGPUs": 256}, "job": {"framework": framework}}
+    result = plan(TrainingPlanSpec.model_validate(document), catalog)
+    chosen = [result.layout, *(alternative.layout for alternative in result.alternatives)]
+    assert {layout.zero_stage for layout in chosen} <= allowed
+    for layout in chosen:
+        if layout.pipeline > 1 and framework == "deepspeed":
+            assert layout.zero_stage <= 1
+
+
+def test_a_zero_pin_the_framework_cannot_run_names_those_that_can(catalog: Catalog) -> None:
+    document = {**SMALL, "parallelism": {"zeroStage": 3}, "job": {"framework": "megatron"}}
+    with pytest.raises(PlanInputError) as raised:
+        plan(TrainingPlanSpec.model_validate(document), catalog)
+    ((path, message),) = raised.value.problems
+    assert path == "parallelism.zeroStage"
+    assert "megatron" in message
+    assert "deepspeed" in message

@@ -18,6 +18,7 @@ from trainplan.planner.catalog import (
     UnsupportedPrecisionError,
 )
 from trainplan.planner.errors import PlanInputError
+from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.layout import Workload
 from trainplan.planner.search import LayoutPins, RunSettings
 from trainplan.planner.shapes import ModelShape, parameter_count
@@ -114,6 +115,24 @@ def check_pins(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str
                     f"{par.tensor} and kvHeads ({shape.kv_heads}) must divide one another",
                 )
             )
+    framework = spec.job.framework
+    limits = FRAMEWORK_LIMITS[framework]
+    if par.zero_stage is not None and not limits.allows(par.zero_stage, par.pipeline or 1):
+        stages = ", ".join(
+            str(z) for z in limits.zero_stages if limits.allows(z, par.pipeline or 1)
+        )
+        able = sorted(
+            name
+            for name, other in FRAMEWORK_LIMITS.items()
+            if other.allows(par.zero_stage, par.pipeline or 1)
+        )
+        problems.append(
+            (
+                "parallelism.zeroStage",
+                f"job.framework {framework} runs ZeRO stage {stages} with this pipeline degree,"
+                f" not {par.zero_stage}; frameworks that can: {', '.join(able) or 'none'}",
+            )
+        )
     if par.pipeline is not None:
         chunks = par.virtual_pipeline_stages or 1
         if shape.layers % (par.pipeline * chunks):
@@ -188,6 +207,7 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
         zero_stage=par.zero_stage,
         checkpointing=par.activation_checkpointing,
         sequence_parallel=par.sequence_parallel,
+        framework=FRAMEWORK_LIMITS[spec.job.framework],
     )
     steps, tokens = total_steps(spec, shape)
     reliability = spec.reliability

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.flops import model_flops_per_token
+from trainplan.planner.frameworks import ANY_FRAMEWORK, FrameworkLimits
 from trainplan.planner.layout import CHECKPOINTING_LEVELS, Checkpointing, Layout, Workload
 from trainplan.planner.memory import MemoryEstimate, estimate_memory
 from trainplan.planner.reliability import ReliabilityEstimate, estimate_reliability
@@ -36,6 +37,8 @@ class LayoutPins:
     zero_stage: int | None = None
     checkpointing: Checkpointing | None = None
     sequence_parallel: bool | None = None
+    framework: FrameworkLimits = ANY_FRAMEWORK
+    """What the job's framework can run (ZeRO stages, with and without pipelining)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,12 +183,15 @@ def generate_layouts(workload: Workload, gpus: int, pins: LayoutPins) -> Iterato
 
 
 def _zero_stages(p: int, d: int, pins: LayoutPins) -> list[int]:
-    """ZeRO stages; stage 3 never with pipelining (the frameworks launched cannot)."""
+    """ZeRO stages the framework runs with this pipeline degree; only 0 without data
+    parallelism (nothing to shard), unless pinned."""
     if pins.zero_stage is not None:
-        return [] if pins.zero_stage == 3 and p > 1 else [pins.zero_stage]
-    if d == 1:
-        return [0]
-    return [0, 1, 2] if p > 1 else [0, 1, 2, 3]
+        candidates = [pins.zero_stage]
+    elif d == 1:
+        candidates = [0]
+    else:
+        candidates = [0, 1, 2, 3]
+    return [z for z in candidates if pins.framework.allows(z, p)]
 
 
 def _checkpointing_levels(workload: Workload, pins: LayoutPins) -> list[Checkpointing]:
