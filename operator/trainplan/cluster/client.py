@@ -1,0 +1,205 @@
+"""An async Kubernetes API client on aiohttp: just the calls the operator makes.
+
+Apply is create-or-adopt: create the object; when it exists already and carries the same
+controller owner (the same TrainingPlan uid) it is adopted as is, so a restarted
+operator never creates a second Job; an object owned by someone else is a conflict.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import aiohttp
+
+from trainplan.cluster.resources import resource_path
+
+JSON = dict[str, Any]
+_MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """Where the API server is and how to authenticate (as resolved at login)."""
+
+    server: str
+    token: str | None = None
+    ca_path: str | None = None
+    ca_data: str | None = None
+    certificate_path: str | None = None
+    private_key_path: str | None = None
+    insecure: bool = False
+    request_timeout_seconds: float = 30.0
+
+
+class KubernetesApiError(Exception):
+    """A non-success answer of the API server, with its status code and message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        self.status = status
+        self.reason = reason
+        super().__init__(f"{status} {reason}: {message}")
+
+
+class OwnershipConflictError(Exception):
+    """An object of the same name exists but is not controlled by this plan."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """What `apply` did with one object."""
+
+    kind: str
+    name: str
+    action: Literal["created", "adopted"]
+    object: JSON
+
+
+def _ssl_context(connection: Connection) -> ssl.SSLContext | bool:
+    if connection.insecure:
+        return False
+    if not connection.server.startswith("https"):
+        return True
+    context = ssl.create_default_context(
+        cafile=connection.ca_path,
+        cadata=connection.ca_data,
+    )
+    if connection.certificate_path:
+        context.load_cert_chain(connection.certificate_path, connection.private_key_path)
+    return context
+
+
+def _controller_uid(obj: Mapping[str, Any]) -> str | None:
+    for owner in obj.get("metadata", {}).get("ownerReferences", []) or []:
+        if owner.get("controller"):
+            uid = owner.get("uid")
+            return str(uid) if uid is not None else None
+    return None
+
+
+class KubernetesApi:
+    """The calls trainplan makes, over one aiohttp session. Use as an async context
+    manager, or call `close()`."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        headers = {"Accept": "application/json"}
+        if connection.token:
+            headers["Authorization"] = f"Bearer {connection.token}"
+        self._session = aiohttp.ClientSession(
+            base_url=connection.server.rstrip("/") + "/",
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=connection.request_timeout_seconds),
+            connector=aiohttp.TCPConnector(ssl=_ssl_context(connection)),
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def _request(
+        self, method: str, url: str, *, body: Any = None, content_type: str | None = None
+    ) -> JSON:
+        headers = {"Content-Type": content_type} if content_type else None
+        async with self._session.request(
+            method, url.lstrip("/"), json=body, headers=headers
+        ) as response:
+            payload: Any = await response.json(content_type=None)
+            if response.status >= 400:
+                reason = payload.get("reason", "") if isinstance(payload, dict) else ""
+                message = payload.get("message", "") if isinstance(payload, dict) else ""
+                raise KubernetesApiError(response.status, reason or response.reason or "", message)
+            return payload if isinstance(payload, dict) else {}
+
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> JSON | None:
+        """The object, or None when it does not exist."""
+        url = resource_path(api_version, kind).item(namespace, name)
+        try:
+            return await self._request("GET", url)
+        except KubernetesApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def list_objects(
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str = ""
+    ) -> list[JSON]:
+        """Objects of a kind, optionally filtered by a label selector."""
+        url = resource_path(api_version, kind).collection(namespace)
+        if label_selector:
+            url += f"?labelSelector={label_selector}"
+        items = (await self._request("GET", url)).get("items", [])
+        return [item for item in items if isinstance(item, dict)]
+
+    async def create(self, obj: Mapping[str, Any]) -> JSON:
+        """Create `obj` in its namespace."""
+        meta = obj.get("metadata", {})
+        path = resource_path(obj["apiVersion"], obj["kind"])
+        return await self._request("POST", path.collection(meta.get("namespace")), body=obj)
+
+    async def patch(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+    ) -> JSON:
+        """A JSON merge patch (RFC 7386), optionally of a subresource such as `status`."""
+        url = resource_path(api_version, kind).item(namespace, name, subresource)
+        return await self._request("PATCH", url, body=patch, content_type=_MERGE_PATCH)
+
+    async def ownership_conflicts(self, objects: Iterable[Mapping[str, Any]]) -> list[str]:
+        """For each object that exists under another controller owner, why it conflicts."""
+        conflicts = []
+        for obj in objects:
+            meta = obj["metadata"]
+            existing = await self.get(
+                obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]
+            )
+            if existing is None:
+                continue
+            wanted, found = _controller_uid(obj), _controller_uid(existing)
+            if wanted != found:
+                conflicts.append(
+                    f"{obj['kind']} {meta['namespace']}/{meta['name']} exists and is controlled"
+                    f" by {found or 'nothing'}, not by this plan ({wanted or 'no owner'})"
+                )
+        return conflicts
+
+    async def apply(self, obj: Mapping[str, Any]) -> ApplyResult:
+        """Create `obj`, or adopt the existing object of that name when it has the same
+        controller owner. Raises `OwnershipConflictError` for someone else's object."""
+        meta = obj["metadata"]
+        try:
+            created = await self.create(obj)
+            return ApplyResult(obj["kind"], meta["name"], "created", created)
+        except KubernetesApiError as error:
+            if error.status != 409:
+                raise
+        existing = await self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        if existing is None:  # deleted in between: try once more
+            created = await self.create(obj)
+            return ApplyResult(obj["kind"], meta["name"], "created", created)
+        wanted, found = _controller_uid(obj), _controller_uid(existing)
+        if wanted != found:
+            raise OwnershipConflictError(
+                f"{obj['kind']} {meta['namespace']}/{meta['name']} exists and is controlled by"
+                f" {found or 'nothing'}, not by this plan ({wanted or 'no owner'})"
+            )
+        return ApplyResult(obj["kind"], meta["name"], "adopted", existing)

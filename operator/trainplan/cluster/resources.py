@@ -1,0 +1,63 @@
+"""URL paths of the kinds trainplan reads and writes (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainplan.api import (
+    API_VERSION,
+    GPU_BUDGET_KIND,
+    GPU_BUDGET_PLURAL,
+    TRAINING_PLAN_KIND,
+    TRAINING_PLAN_PLURAL,
+)
+
+_KINDS: dict[tuple[str, str], tuple[str, bool]] = {
+    ("v1", "Service"): ("services", True),
+    ("v1", "ConfigMap"): ("configmaps", True),
+    ("v1", "Pod"): ("pods", True),
+    ("v1", "Event"): ("events", True),
+    ("batch/v1", "Job"): ("jobs", True),
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): ("jobsets", True),
+    (API_VERSION, TRAINING_PLAN_KIND): (TRAINING_PLAN_PLURAL, True),
+    (API_VERSION, GPU_BUDGET_KIND): (GPU_BUDGET_PLURAL, True),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ResourcePath:
+    """Where a kind lives in the API: `/api/v1` or `/apis/<group>/<version>`, plural."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def prefix(self) -> str:
+        return (
+            f"/api/{self.api_version}"
+            if "/" not in self.api_version
+            else (f"/apis/{self.api_version}")
+        )
+
+    def collection(self, namespace: str | None) -> str:
+        """The collection URL, in a namespace for namespaced kinds."""
+        if self.namespaced and namespace:
+            return f"{self.prefix}/namespaces/{namespace}/{self.plural}"
+        return f"{self.prefix}/{self.plural}"
+
+    def item(self, namespace: str | None, name: str, subresource: str | None = None) -> str:
+        """One object's URL, optionally a subresource such as `status`."""
+        url = f"{self.collection(namespace)}/{name}"
+        return f"{url}/{subresource}" if subresource else url
+
+
+def resource_path(api_version: str, kind: str) -> ResourcePath:
+    """The path of a known kind; `KeyError` names the kinds this client knows."""
+    try:
+        plural, namespaced = _KINDS[(api_version, kind)]
+    except KeyError:
+        known = ", ".join(f"{v}/{k}" for v, k in sorted(_KINDS))
+        raise KeyError(f"unknown kind {api_version}/{kind}; known: {known}") from None
+    return ResourcePath(api_version, kind, plural, namespaced)

@@ -1,0 +1,43 @@
+"""Operator settings with their units, and how they set Kopf's (pure)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import kopf
+
+from trainplan.api import GROUP
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    """What `trainplan operator` can tune. Every duration is in seconds."""
+
+    watch_server_timeout_seconds: float = 300.0
+    """The API server closes a watch after this long; Kopf then re-lists and re-watches."""
+    watch_client_timeout_seconds: float = 360.0
+    """The operator gives up on a silent watch connection after this long."""
+    connect_timeout_seconds: float = 10.0
+    """Connecting to the API server."""
+    request_timeout_seconds: float = 30.0
+    """One API request, start to end."""
+    event_level: int = logging.WARNING
+    """Log records at this level or above become Kubernetes Events on the object."""
+
+
+def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    """Kopf's settings for trainplan: progress, last-handled state and the finalizer under
+    the `trainplan.dev` prefix (annotations, so `status` holds only trainplan's fields),
+    watch and request timeouts, and which log records become Events."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.watching.server_timeout = int(config.watch_server_timeout_seconds)
+    settings.watching.client_timeout = int(config.watch_client_timeout_seconds)
+    settings.watching.connect_timeout = int(config.connect_timeout_seconds)
+    settings.networking.connect_timeout = config.connect_timeout_seconds
+    settings.networking.request_timeout = config.request_timeout_seconds
+    settings.posting.level = config.event_level

@@ -1,0 +1,217 @@
+"""Kopf handlers, thin: each parses the event, calls the pure code in `reconcile`, applies
+objects through `trainplan.cluster` and writes status once (Kopf's `patch`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import kopf
+
+from trainplan.api import (
+    API_VERSION,
+    GROUP,
+    PLAN_LABEL,
+    TRAINING_PLAN_KIND,
+    TRAINING_PLAN_PLURAL,
+    VERSION,
+    Phase,
+)
+from trainplan.cluster import KubernetesApiError, OwnershipConflictError
+from trainplan.controller.config import configure_kopf
+from trainplan.controller.context import ControllerContext, connection_from
+from trainplan.controller.reconcile import (
+    LaunchDecision,
+    changes_after_launch,
+    child_state,
+    child_status_patch,
+    decide_launch,
+    reject,
+)
+
+LoginFn = Callable[..., Awaitable[kopf.ConnectionInfo | None] | kopf.ConnectionInfo | None]
+_PLANS = (GROUP, VERSION, TRAINING_PLAN_PLURAL)
+
+
+def _context(memo: Any) -> ControllerContext:
+    context: ControllerContext = memo.context
+    return context
+
+
+async def _default_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In a pod: the service account; elsewhere: the kubeconfig (Kopf's own logins)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+def build_registry(login: LoginFn | None = None) -> kopf.OperatorRegistry:
+    """A registry with every trainplan handler; `login` replaces the default login (tests
+    point it at an emulated API server)."""
+    registry = kopf.OperatorRegistry()
+    chosen_login: LoginFn = login or _default_login
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+        configure_kopf(settings, _context(memo).config)
+
+    @kopf.on.login(registry=registry)
+    async def authenticate(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
+        info = chosen_login(memo=memo, **kwargs)
+        if asyncio.iscoroutine(info) or isinstance(info, Awaitable):
+            info = await info
+        if info is not None:
+            context = _context(memo)
+            await context.login(connection_from(info, context.config.request_timeout_seconds))
+        return info
+
+    @kopf.on.cleanup(registry=registry)
+    async def close(memo: Any, **_: Any) -> None:
+        await _context(memo).close()
+
+    @kopf.on.create(*_PLANS, registry=registry)
+    @kopf.on.resume(*_PLANS, registry=registry)
+    async def launch(
+        *, body: kopf.Body, patch: kopf.Patch, memo: Any, logger: kopf.Logger, **_: Any
+    ) -> None:
+        """Plan, render and apply; write the decision as the status (once)."""
+        context = _context(memo)
+        decision = await _apply(await _decide(body, context), body, context, logger)
+        patch.status.update(decision.status)
+
+    @kopf.on.update(*_PLANS, field="spec", registry=registry)
+    async def spec_changed(
+        *,
+        body: kopf.Body,
+        status: kopf.Status,
+        patch: kopf.Patch,
+        diff: kopf.Diff,
+        memo: Any,
+        logger: kopf.Logger,
+        **_: Any,
+    ) -> None:
+        """Before launch (nothing created yet), re-plan; after launch, `job.suspend` acts
+        on the running Job and other changes are reported in the Planned condition."""
+        context = _context(memo)
+        if not status.get("jobName"):
+            decision = await _apply(await _decide(body, context), body, context, logger)
+            patch.status.update(decision.status)
+            return
+        now = context.clock()
+        generation = body.meta.get("generation")
+        job = body.get("spec", {}).get("job", {})
+        suspend = bool(job.get("suspend", False))
+        api_version, kind = (
+            ("jobset.x-k8s.io/v1alpha2", "JobSet")
+            if job.get("launcher", "Job") == "JobSet"
+            else ("batch/v1", "Job")
+        )
+        await context.api().patch(
+            api_version,
+            kind,
+            body.meta.namespace or "default",
+            status["jobName"],
+            {"spec": {"suspend": suspend}},
+        )
+        if suspend:
+            patch.status["phase"] = Phase.SUSPENDED.value
+        elif status.get("phase") == Phase.SUSPENDED.value:
+            patch.status["phase"] = Phase.LAUNCHING.value
+        conditions = changes_after_launch(
+            [tuple(str(p) for p in change[1]) for change in diff],
+            dict(status),
+            generation=generation,
+            now=now,
+        )
+        if conditions is not None:
+            patch.status["conditions"] = conditions
+            kopf.warn(body, reason="SpecChangedAfterLaunch", message=conditions[-1]["message"])
+        patch.status["observedGeneration"] = generation
+        patch.status["lastUpdatedTime"] = now.isoformat()
+
+    async def child_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
+        """A training Job or JobSet changed: carry its state to the plan's status."""
+        context = _context(memo)
+        plan_name = body.meta.labels.get(PLAN_LABEL)
+        namespace = body.meta.namespace
+        if not plan_name or not namespace or body.get("type") == "DELETED":
+            return
+        api = context.api()
+        parent = await api.get(API_VERSION, TRAINING_PLAN_KIND, namespace, plan_name)
+        if parent is None:
+            return
+        current = parent.get("status", {}) or {}
+        if current.get("jobName") != body.meta.name:
+            return
+        generation = parent.get("metadata", {}).get("generation")
+        update = child_status_patch(
+            child_state(body), current, generation=generation, now=context.clock()
+        )
+        if update is not None:
+            await api.patch(
+                API_VERSION,
+                TRAINING_PLAN_KIND,
+                namespace,
+                plan_name,
+                {"status": update},
+                subresource="status",
+            )
+
+    kopf.on.event("batch", "v1", "jobs", labels={PLAN_LABEL: kopf.PRESENT}, registry=registry)(
+        child_changed
+    )
+    kopf.on.event(
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "jobsets",
+        labels={PLAN_LABEL: kopf.PRESENT},
+        registry=registry,
+    )(child_changed)
+    return registry
+
+
+async def _decide(body: kopf.Body, context: ControllerContext) -> LaunchDecision:
+    meta = body.meta
+    return await asyncio.to_thread(
+        decide_launch,
+        name=meta.name or "",
+        namespace=meta.namespace or "default",
+        uid=meta.uid,
+        generation=meta.get("generation"),
+        spec_document=dict(body.get("spec", {})),
+        previous_status=dict(body.get("status", {}) or {}),
+        catalog=context.catalog,
+        now=context.clock(),
+    )
+
+
+async def _apply(
+    decision: LaunchDecision, body: kopf.Body, context: ControllerContext, logger: kopf.Logger
+) -> LaunchDecision:
+    """Apply the decision's objects and return the decision that stands: objects of the
+    same names owned by someone else turn it into a rejection before anything is made."""
+    if not decision.accepted:
+        kopf.warn(body, reason=decision.event_reason, message=decision.event_message)
+        return decision
+    api = context.api()
+    try:
+        conflicts = await api.ownership_conflicts(decision.objects)
+    except KubernetesApiError as error:
+        raise kopf.TemporaryError(f"reading existing objects: {error}", delay=10) from error
+    if conflicts:
+        rejected = reject(
+            conflicts,
+            "NameConflict",
+            generation=body.meta.get("generation"),
+            previous_status=dict(body.get("status", {}) or {}),
+            now=context.clock(),
+        )
+        kopf.warn(body, reason=rejected.event_reason, message=rejected.event_message)
+        return rejected
+    for obj in decision.objects:
+        try:
+            result = await api.apply(obj)
+        except (KubernetesApiError, OwnershipConflictError) as error:
+            raise kopf.TemporaryError(f"applying {obj['kind']}: {error}", delay=10) from error
+        logger.info(f"{result.kind} {result.name} {result.action}")
+    kopf.info(body, reason=decision.event_reason, message=decision.event_message)
+    return decision

@@ -1,0 +1,275 @@
+"""What the operator decides, as pure functions: spec -> plan -> objects and status, and
+child Job state -> plan status. Handlers only parse the event, call these, apply the
+objects and write the status they return, once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from trainplan.api import ConditionType, Phase, TrainingPlanSpec, format_validation_errors
+from trainplan.controller.conditions import ConditionStatus, make_condition, merge_conditions
+from trainplan.launcher import LauncherError, PlanRef, job_name, render_for
+from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchDecision:
+    """Objects to apply (none when rejected) and the status patch to write."""
+
+    objects: tuple[dict[str, Any], ...]
+    status: dict[str, Any]
+    accepted: bool
+    event_reason: str
+    event_message: str
+    problems: tuple[str, ...] = field(default=())
+
+
+def _layout_summary(layout: Mapping[str, Any]) -> str:
+    words = [f"TP{layout['tensor']}", f"PP{layout['pipeline']}", f"DP{layout['data']}"]
+    if layout.get("virtualPipelineStages", 1) > 1:
+        words.append(f"v{layout['virtualPipelineStages']}")
+    return " ".join(words)
+
+
+def reject(
+    problems: list[str],
+    reason: str,
+    *,
+    generation: int | None,
+    previous_status: Mapping[str, Any],
+    now: datetime,
+) -> LaunchDecision:
+    """Phase Rejected with a Planned=False condition listing every problem."""
+    message = "; ".join(problems)
+    conditions = merge_conditions(
+        previous_status.get("conditions"),
+        [
+            make_condition(
+                ConditionType.PLANNED, "False", reason, message, now=now, generation=generation
+            )
+        ],
+    )
+    status: dict[str, Any] = {
+        "phase": Phase.REJECTED.value,
+        "conditions": conditions,
+        "lastUpdatedTime": now.isoformat(),
+    }
+    if generation is not None:
+        status["observedGeneration"] = generation
+    for stale in ("plan", "gpus", "layout"):
+        if stale in previous_status:
+            status[stale] = None  # merge-patch null removes the previous plan
+    return LaunchDecision((), status, False, reason, message, tuple(problems))
+
+
+def decide_launch(
+    *,
+    name: str,
+    namespace: str,
+    uid: str | None,
+    generation: int | None,
+    spec_document: Mapping[str, Any],
+    previous_status: Mapping[str, Any],
+    catalog: Catalog,
+    now: datetime,
+) -> LaunchDecision:
+    """Parse, plan and render a TrainingPlan; or reject it with every problem found."""
+    try:
+        spec = TrainingPlanSpec.model_validate(dict(spec_document))
+    except ValidationError as error:
+        problems = [f"spec.{line}" for line in format_validation_errors(error)]
+        return reject(
+            problems, "InvalidSpec", generation=generation, previous_status=previous_status, now=now
+        )
+    try:
+        result = plan(spec, catalog)
+    except PlanInputError as error:
+        problems = [f"spec.{path}: {message}" for path, message in error.problems]
+        return reject(
+            problems, "InvalidSpec", generation=generation, previous_status=previous_status, now=now
+        )
+    except InfeasiblePlanError as error:
+        return reject(
+            list(error.reasons),
+            "Infeasible",
+            generation=generation,
+            previous_status=previous_status,
+            now=now,
+        )
+    ref = PlanRef(name=name, namespace=namespace, uid=uid)
+    try:
+        objects = render_for(ref, spec, result, catalog)
+    except LauncherError as error:
+        return reject(
+            [str(error)],
+            "InvalidSpec",
+            generation=generation,
+            previous_status=previous_status,
+            now=now,
+        )
+    plan_document = result.to_document()
+    summary = (
+        f"{result.gpus} x {result.gpu_type} ({result.nodes} nodes),"
+        f" {_layout_summary(plan_document['layout'])}, {result.duration_seconds / 86400:.1f} days,"
+        f" {result.gpu_hours:,.0f} GPU-hours"
+    )
+    suspended = spec.job.suspend
+    job = job_name(name)
+    conditions = merge_conditions(
+        previous_status.get("conditions"),
+        [
+            make_condition(
+                ConditionType.PLANNED, "True", "Planned", summary, now=now, generation=generation
+            ),
+            make_condition(
+                ConditionType.LAUNCHED,
+                "False" if suspended else "True",
+                "Suspended" if suspended else "JobCreated",
+                f"{spec.job.launcher} {job} is suspended (job.suspend)"
+                if suspended
+                else f"{spec.job.launcher} {job} created with {result.nodes} pods",
+                now=now,
+                generation=generation,
+            ),
+        ],
+    )
+    status: dict[str, Any] = {
+        "phase": (Phase.SUSPENDED if suspended else Phase.LAUNCHING).value,
+        "conditions": conditions,
+        "plan": plan_document,
+        "gpus": result.gpus,
+        "layout": _layout_summary(plan_document["layout"]),
+        "jobName": job,
+        "lastUpdatedTime": now.isoformat(),
+    }
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return LaunchDecision(tuple(objects), status, True, "Planned", summary)
+
+
+def changes_after_launch(
+    changed_paths: list[tuple[str, ...]],
+    current: Mapping[str, Any],
+    *,
+    generation: int | None,
+    now: datetime,
+) -> list[dict[str, Any]] | None:
+    """Conditions saying which spec fields changed after launch and were not applied
+    (everything but `job.suspend`), or None when only suspension changed."""
+    ignored = sorted(
+        "spec." + ".".join(path) for path in changed_paths if tuple(path[:2]) != ("job", "suspend")
+    )
+    if not ignored:
+        return None
+    message = (
+        f"{', '.join(ignored)} changed after launch and were not applied: the running job"
+        f" keeps the plan of generation {current.get('observedGeneration')}; delete and"
+        " re-apply the TrainingPlan to re-plan"
+    )
+    return merge_conditions(
+        current.get("conditions"),
+        [
+            make_condition(
+                ConditionType.PLANNED,
+                "True",
+                "SpecChangedAfterLaunch",
+                message,
+                now=now,
+                generation=generation,
+            )
+        ],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ChildState:
+    """What a training Job (or JobSet) says about the run."""
+
+    phase: Phase
+    reason: str
+    message: str
+    start_time: str | None
+    completion_time: str | None
+    failed_pods: int
+
+
+def _true_condition(obj: Mapping[str, Any], *types: str) -> Mapping[str, Any] | None:
+    for condition in obj.get("status", {}).get("conditions", []) or []:
+        if condition.get("type") in types and condition.get("status") == "True":
+            return condition  # type: ignore[no-any-return]
+    return None
+
+
+def child_state(child: Mapping[str, Any]) -> ChildState:
+    """Map a batch/v1 Job's (or a JobSet's) status to a plan phase, as the Job controller
+    reports it: terminal conditions first (Complete/Completed -> Succeeded, Failed ->
+    Failed), then Suspended, then active pods (Running), then failures waiting for a
+    replacement (Restarting); otherwise still Launching."""
+    status = child.get("status", {}) or {}
+    failed = int(status.get("failed", 0) or 0)
+    start = status.get("startTime")
+    done = status.get("completionTime")
+    complete = _true_condition(child, "Complete", "Completed")
+    if complete is not None:
+        return ChildState(Phase.SUCCEEDED, "JobComplete", "training completed", start, done, failed)
+    failure = _true_condition(child, "Failed")
+    if failure is not None:
+        reason = str(failure.get("reason") or "JobFailed")
+        message = str(failure.get("message") or "the training job failed")
+        return ChildState(Phase.FAILED, reason, message, start, done, failed)
+    if _true_condition(child, "Suspended") is not None or child.get("spec", {}).get("suspend"):
+        return ChildState(
+            Phase.SUSPENDED, "JobSuspended", "the job is suspended", start, None, failed
+        )
+    active = int(status.get("active", 0) or 0)
+    restarts = int(status.get("restarts", 0) or 0)  # JobSet
+    if failed > 0 and active == 0:
+        message = f"{failed} pod failure(s); waiting for replacements"
+        return ChildState(Phase.RESTARTING, "PodFailed", message, start, None, failed)
+    if active > 0:
+        message = f"{active} pod(s) active" + (f", {failed} failed before" if failed else "")
+        if restarts:
+            message += f", {restarts} restart(s)"
+        return ChildState(Phase.RUNNING, "PodsActive", message, start, None, failed)
+    return ChildState(Phase.LAUNCHING, "PodsPending", "waiting for pods", start, None, failed)
+
+
+def child_status_patch(
+    state: ChildState, current: Mapping[str, Any], *, generation: int | None, now: datetime
+) -> dict[str, Any] | None:
+    """The plan status patch for a child's state, or None when nothing would change."""
+    patch: dict[str, Any] = {}
+    if current.get("phase") != state.phase.value:
+        patch["phase"] = state.phase.value
+    if state.start_time and current.get("startTime") != state.start_time:
+        patch["startTime"] = state.start_time
+    if state.completion_time and current.get("completionTime") != state.completion_time:
+        patch["completionTime"] = state.completion_time
+    failures = current.get("failures") or {}
+    if state.failed_pods and failures.get("count") != state.failed_pods:
+        patch["failures"] = {**failures, "count": state.failed_pods, "lastReason": state.reason}
+    if not patch:
+        return None
+    progressing: ConditionStatus = (
+        "True" if state.phase in (Phase.RUNNING, Phase.RESTARTING) else "False"
+    )
+    patch["conditions"] = merge_conditions(
+        current.get("conditions"),
+        [
+            make_condition(
+                ConditionType.PROGRESSING,
+                progressing,
+                state.reason,
+                state.message,
+                now=now,
+                generation=generation,
+            )
+        ],
+    )
+    patch["lastUpdatedTime"] = now.isoformat()
+    return patch

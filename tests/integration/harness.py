@@ -1,0 +1,222 @@
+"""Harness for the integration tests: the real Kopf operator, in-process, against kmock's
+Kubernetes emulator.
+
+kmock stores objects and serves watches but validates nothing, assigns no uid,
+generation or creation time, and runs no controllers: `Cluster` writes those the way the
+API server, the Job controller and the kubelet would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import kmock
+import kopf
+
+from trainplan.controller import ControllerContext, run_operator
+from trainplan.planner import Catalog
+
+TRAINING_PLANS = "trainplan.dev/v1alpha1/trainingplans"
+JOBS = "batch/v1/jobs"
+SERVICES = "v1/services"
+CONFIG_MAPS = "v1/configmaps"
+JOBSETS = "jobset.x-k8s.io/v1alpha2/jobsets"
+WAIT_SECONDS = 15.0
+
+RESOURCES: dict[str, dict[str, Any]] = {
+    TRAINING_PLANS: {
+        "kind": "TrainingPlan",
+        "singular": "trainingplan",
+        "subresources": {"status"},
+    },
+    "trainplan.dev/v1alpha1/gpubudgets": {
+        "kind": "GPUBudget",
+        "singular": "gpubudget",
+        "subresources": {"status"},
+    },
+    JOBS: {"kind": "Job", "singular": "job", "subresources": {"status"}},
+    JOBSETS: {"kind": "JobSet", "singular": "jobset", "subresources": {"status"}},
+    SERVICES: {"kind": "Service", "singular": "service", "subresources": {"status"}},
+    CONFIG_MAPS: {"kind": "ConfigMap", "singular": "configmap", "subresources": set()},
+    "v1/pods": {"kind": "Pod", "singular": "pod", "subresources": {"status"}},
+    "v1/events": {"kind": "Event", "singular": "event", "subresources": set()},
+}
+# Kopf's resource observer lists and watches these (cluster-scoped) before serving.
+CLUSTER_RESOURCES: dict[str, dict[str, Any]] = {
+    "apiextensions.k8s.io/v1/customresourcedefinitions": {
+        "kind": "CustomResourceDefinition",
+        "singular": "customresourcedefinition",
+        "subresources": set(),
+    },
+    "v1/namespaces": {"kind": "Namespace", "singular": "namespace", "subresources": set()},
+}
+VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
+
+
+class Cluster:
+    """A thin kubectl: writes objects as the API server would store them."""
+
+    def __init__(self, emulator: kmock.KubernetesEmulator) -> None:
+        self.emulator = emulator
+        self._uids = itertools.count(1)
+
+    @property
+    def url(self) -> str:
+        return str(self.emulator.url).rstrip("/")
+
+    async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/merge-patch+json"} if method == "PATCH" else {}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(method, self.url + path, json=body, headers=headers) as response,
+        ):
+            return response.status, await response.json(content_type=None)
+
+    async def apply_plan(self, document: dict[str, Any], namespace: str = "default") -> str:
+        """`kubectl apply` of a new TrainingPlan: the server adds uid, generation and the
+        creation time."""
+        body = copy.deepcopy(document)
+        meta = body.setdefault("metadata", {})
+        meta.setdefault("namespace", namespace)
+        meta["uid"] = f"uid-{next(self._uids):04d}"
+        meta["generation"] = 1
+        meta["creationTimestamp"] = datetime.now(tz=UTC).isoformat()
+        status, answer = await self._call(
+            "POST", f"/apis/trainplan.dev/v1alpha1/namespaces/{namespace}/trainingplans", body
+        )
+        assert status in (200, 201), answer
+        return str(meta["name"])
+
+    async def patch_plan_spec(
+        self, name: str, spec_patch: dict[str, Any], namespace: str = "default"
+    ) -> None:
+        """`kubectl patch` of the spec: the server bumps the generation."""
+        current = self.plan(name, namespace)
+        generation = int(current.get("metadata", {}).get("generation", 1)) + 1
+        status, answer = await self._call(
+            "PATCH",
+            f"/apis/trainplan.dev/v1alpha1/namespaces/{namespace}/trainingplans/{name}",
+            {"metadata": {"generation": generation}, "spec": spec_patch},
+        )
+        assert status == 200, answer
+
+    async def write_job_status(
+        self, name: str, status_patch: dict[str, Any], namespace: str = "default"
+    ) -> None:
+        """What the Job controller writes to a Job's status."""
+        code, answer = await self._call(
+            "PATCH",
+            f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}/status",
+            {"status": status_patch},
+        )
+        assert code == 200, answer
+
+    def objects(self, resource: str, namespace: str = "default") -> dict[str, dict[str, Any]]:
+        """Live (not deleted) objects of a resource, by name."""
+        found = {}
+        for key, obj in self.emulator.objects.items():
+            res, ns, name = key
+            if str(res) == str(kmock.resource(resource)) and ns == namespace and not obj.deleted:
+                found[name] = _plain(obj)
+        return found
+
+    def plan(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return self.objects(TRAINING_PLANS, namespace).get(name, {})
+
+    async def wait_for(
+        self, check: Callable[[], bool], what: str, timeout_seconds: float = WAIT_SECONDS
+    ) -> None:
+        """Poll `check` every 50 ms until it holds; fail with `what` after the timeout."""
+        deadline = asyncio.get_running_loop().time() + timeout_seconds
+        while not check():
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"timed out after {timeout_seconds}s waiting for {what}")
+            await asyncio.sleep(0.05)
+
+    async def wait_for_phase(self, name: str, phase: str) -> dict[str, Any]:
+        await self.wait_for(
+            lambda: self.plan(name).get("status", {}).get("phase") == phase,
+            f"{name} to reach phase {phase} (now {self.plan(name).get('status', {})})",
+        )
+        return self.plan(name)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+class OperatorProcess:
+    """The operator in a thread with its own event loop, as in a real process: Kopf
+    cancels every task of its loop when it stops, so it must not share the test's."""
+
+    def __init__(self, cluster: Cluster, catalog: Catalog) -> None:
+        self.cluster = cluster
+        self.catalog = catalog
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+
+    def _login(self, **_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=self.cluster.url, insecure=True)
+
+    def _run(self, ready: threading.Event) -> None:
+        context = ControllerContext(catalog=self.catalog)
+        try:
+            asyncio.run(
+                run_operator(context, login=self._login, stop_flag=self._stop, ready_flag=ready)
+            )
+        except asyncio.CancelledError:
+            pass  # Kopf's own way of ending once the stop flag is set
+        except BaseException as error:  # reported by stop()
+            self._error = error
+
+    async def start(self) -> None:
+        self._stop = threading.Event()
+        ready = threading.Event()
+        self._error = None
+        self._thread = threading.Thread(target=self._run, args=(ready,), name="operator")
+        self._thread.start()
+        try:
+            started = await asyncio.to_thread(ready.wait, WAIT_SECONDS)
+            assert started, f"the operator did not start: {self._error!r}"
+            await self._wait_for_watches()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _wait_for_watches(self) -> None:
+        emulator = self.cluster.emulator
+        # Objects applied before the watches connect arrive twice (kmock has no
+        # resourceVersion to deduplicate with); the handlers are idempotent either way.
+        await self.cluster.wait_for(
+            lambda: (
+                len(emulator[kmock.action.WATCH, kmock.resource(TRAINING_PLANS)]) > 0
+                and len(emulator[kmock.action.WATCH, kmock.resource(JOBS)]) > 0
+            ),
+            "the operator's watches",
+        )
+
+    async def stop(self) -> None:
+        """Set the stop flag, wait for the thread, and fail on any error it had."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        await asyncio.to_thread(thread.join, WAIT_SECONDS)
+        assert not thread.is_alive(), "the operator did not stop in time"
+        assert self._error is None, self._error
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()

@@ -1,0 +1,192 @@
+"""The controller's pure decisions: conditions, launch or reject, child Job -> phase."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trainplan.api import Phase
+from trainplan.cluster import resource_path
+from trainplan.controller.conditions import make_condition, merge_conditions
+from trainplan.controller.reconcile import (
+    child_state,
+    child_status_patch,
+    decide_launch,
+)
+from trainplan.planner import Catalog
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
+
+
+def test_condition_keeps_transition_time_while_status_holds() -> None:
+    first = make_condition("Planned", "True", "Planned", "a", now=NOW, generation=1)
+    later = make_condition(
+        "Planned", "True", "Planned", "b", now=NOW + timedelta(hours=1), generation=2
+    )
+    merged = merge_conditions([first], [later])
+    assert merged == [{**later, "lastTransitionTime": first["lastTransitionTime"]}]
+
+
+def test_condition_transition_time_moves_when_status_changes() -> None:
+    first = make_condition("Planned", "True", "Planned", "a", now=NOW, generation=1)
+    flipped = make_condition(
+        "Planned", "False", "Infeasible", "b", now=NOW + timedelta(hours=1), generation=2
+    )
+    assert merge_conditions([first], [flipped]) == [flipped]
+
+
+def test_conditions_of_other_types_are_kept() -> None:
+    launched = make_condition("Launched", "True", "JobCreated", "x", now=NOW, generation=1)
+    planned = make_condition("Planned", "True", "Planned", "y", now=NOW, generation=1)
+    assert merge_conditions([launched], [planned]) == [launched, planned]
+
+
+def _spec(name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())["spec"]
+    return spec
+
+
+def _decide(spec: dict[str, Any], catalog: Catalog, previous: dict[str, Any] | None = None) -> Any:
+    return decide_launch(
+        name="p",
+        namespace="ns",
+        uid="u-1",
+        generation=3,
+        spec_document=spec,
+        previous_status=previous or {},
+        catalog=catalog,
+        now=NOW,
+    )
+
+
+def test_launch_decision_for_an_example(catalog: Catalog) -> None:
+    decision = _decide(_spec("llama2-7b-deadline"), catalog)
+    assert decision.accepted
+    kinds = [obj["kind"] for obj in decision.objects]
+    assert "Job" in kinds
+    assert "Service" in kinds
+    status = decision.status
+    assert status["phase"] == Phase.LAUNCHING.value
+    assert status["observedGeneration"] == 3
+    assert (
+        status["jobName"]
+        == next(o for o in decision.objects if o["kind"] == "Job")["metadata"]["name"]
+    )
+    assert status["gpus"] == status["plan"]["gpus"]
+    assert status["layout"] == "TP1 PP1 DP256"
+    types = {c["type"]: c["status"] for c in status["conditions"]}
+    assert types == {"Planned": "True", "Launched": "True"}
+
+
+def test_suspended_spec_launches_suspended(catalog: Catalog) -> None:
+    spec = _spec("llama2-7b-deadline")
+    spec["job"]["suspend"] = True
+    decision = _decide(spec, catalog)
+    assert decision.status["phase"] == Phase.SUSPENDED.value
+    launched = next(c for c in decision.status["conditions"] if c["type"] == "Launched")
+    assert (launched["status"], launched["reason"]) == ("False", "Suspended")
+
+
+@pytest.mark.parametrize(
+    ("change", "reason", "needle"),
+    [
+        ({"foo": 1}, "InvalidSpec", "spec.foo"),
+        ({"data": {"tokens": 1e9, "samples": 3}}, "InvalidSpec", "spec.data"),
+        ({"model": {"preset": "nope"}}, "InvalidSpec", "spec.model.preset"),
+        ({"parallelism": {"tensor": 3}}, "InvalidSpec", "spec.parallelism.tensor"),
+        ({"objective": {"deadline": "1d", "maxGPUs": 16}}, "Infeasible", "deadline"),
+    ],
+)
+def test_rejections_list_the_problem_and_create_nothing(
+    catalog: Catalog, change: dict[str, Any], reason: str, needle: str
+) -> None:
+    spec = {**_spec("llama2-7b-deadline"), **change}
+    decision = _decide(spec, catalog, previous={"plan": {"gpus": 8}, "gpus": 8, "layout": "x"})
+    assert not decision.accepted
+    assert decision.objects == ()
+    status = decision.status
+    assert status["phase"] == Phase.REJECTED.value
+    planned = status["conditions"][0]
+    assert (planned["type"], planned["status"], planned["reason"]) == ("Planned", "False", reason)
+    assert needle in planned["message"]
+    # A previous plan is removed by merge-patch nulls.
+    assert (status["plan"], status["gpus"], status["layout"]) == (None, None, None)
+
+
+def _job(**status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "j"}, "spec": {}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("job", "phase"),
+    [
+        (_job(), Phase.LAUNCHING),
+        (_job(active=4), Phase.RUNNING),
+        (_job(active=0, failed=1), Phase.RESTARTING),
+        (_job(active=4, failed=1), Phase.RUNNING),
+        (_job(conditions=[{"type": "Complete", "status": "True"}]), Phase.SUCCEEDED),
+        (_job(conditions=[{"type": "Completed", "status": "True"}]), Phase.SUCCEEDED),
+        (_job(failed=3, conditions=[{"type": "Failed", "status": "True"}]), Phase.FAILED),
+        (_job(conditions=[{"type": "Suspended", "status": "True"}]), Phase.SUSPENDED),
+        (_job(conditions=[{"type": "Failed", "status": "False"}], active=2), Phase.RUNNING),
+    ],
+)
+def test_child_state_phase(job: dict[str, Any], phase: Phase) -> None:
+    assert child_state(job).phase is phase
+
+
+def test_suspended_job_spec_means_suspended() -> None:
+    job = {"metadata": {"name": "j"}, "spec": {"suspend": True}, "status": {}}
+    assert child_state(job).phase is Phase.SUSPENDED
+
+
+def test_failed_condition_reason_is_carried() -> None:
+    job = _job(
+        conditions=[
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "BackoffLimitExceeded",
+                "message": "limit",
+            }
+        ]
+    )
+    state = child_state(job)
+    assert (state.reason, state.message) == ("BackoffLimitExceeded", "limit")
+
+
+def test_child_patch_is_none_when_nothing_changes() -> None:
+    state = child_state(_job(active=2, startTime="2026-11-22T00:00:00Z"))
+    current = {"phase": "Running", "startTime": "2026-11-22T00:00:00Z"}
+    assert child_status_patch(state, current, generation=1, now=NOW) is None
+
+
+def test_child_patch_carries_phase_times_failures_and_progressing() -> None:
+    state = child_state(_job(active=0, failed=2, startTime="2026-11-22T00:00:00Z"))
+    patch = child_status_patch(state, {"phase": "Running"}, generation=4, now=NOW)
+    assert patch is not None
+    assert patch["phase"] == "Restarting"
+    assert patch["startTime"] == "2026-11-22T00:00:00Z"
+    assert patch["failures"]["count"] == 2
+    progressing = patch["conditions"][0]
+    assert (progressing["type"], progressing["status"], progressing["observedGeneration"]) == (
+        "Progressing",
+        "True",
+        4,
+    )
+
+
+def test_resource_paths() -> None:
+    job = resource_path("batch/v1", "Job")
+    assert job.item("ns", "j", "status") == "/apis/batch/v1/namespaces/ns/jobs/j/status"
+    service = resource_path("v1", "Service")
+    assert service.collection("ns") == "/api/v1/namespaces/ns/services"
+    plans = resource_path("trainplan.dev/v1alpha1", "TrainingPlan")
+    assert plans.item("ns", "p") == "/apis/trainplan.dev/v1alpha1/namespaces/ns/trainingplans/p"
+    with pytest.raises(KeyError, match="known"):
+        resource_path("v1", "Secret")
