@@ -19,22 +19,16 @@ from trainplan.planner import Catalog
 
 @pytest_asyncio.fixture()
 async def cluster(kmock: kmock.KubernetesEmulator) -> Cluster:
-    for resource, info in RESOURCES.items():
-        kmock.resources[resource] = kmock.ResourceInfo(
-            kind=info["kind"],
-            singular=info["singular"],
-            subresources=info["subresources"],
-            verbs=VERBS,
-            namespaced=True,
-        )
-    for resource, info in CLUSTER_RESOURCES.items():
-        kmock.resources[resource] = kmock.ResourceInfo(
-            kind=info["kind"],
-            singular=info["singular"],
-            subresources=info["subresources"],
-            verbs=VERBS,
-            namespaced=False,
-        )
+    scoped = [(RESOURCES, True), (CLUSTER_RESOURCES, False)]
+    for resources, namespaced in scoped:
+        for resource, info in resources.items():
+            kmock.resources[resource] = kmock.ResourceInfo(
+                kind=info["kind"],
+                singular=info["singular"],
+                subresources=info["subresources"],
+                verbs=VERBS,
+                namespaced=namespaced,
+            )
     return Cluster(kmock)
 
 
