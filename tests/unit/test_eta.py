@@ -276,3 +276,13 @@ def test_finished_run_has_nothing_left() -> None:
     assert estimate.progress_ratio == 1.0
     assert (estimate.remaining_seconds, estimate.earliest_seconds) == (0.0, 0.0)
     assert not estimate.stalled
+
+
+def test_a_resume_nobody_reported_counts_as_a_failure() -> None:
+    state = EtaState()
+    for second, step in [(10, 10), (20, 20), (30, 30), (40, 20), (50, 30), (60, 40)]:
+        _, state = revise(
+            FACTS, state, Observation(time=T0 + timedelta(seconds=second), step=step, started_at=T0)
+        )
+    assert (state.failures, state.inferred_failures) == (0, 1)
+    assert len(state.restart_costs_seconds) == 1

@@ -95,9 +95,14 @@ def _observe(state: EtaState, observation: Observation) -> EtaState:
             last_progress_time=state.last_progress_time or now,
         )
     if step < last_step:
-        # Resumed from a checkpoint: a new segment starts here.
+        # Resumed from a checkpoint: a new segment starts here. A resume that no reported
+        # failure explains (torchrun restarting workers inside a pod) counts as one.
         if state.failure_started_at is None:
-            state = replace(state, failure_started_at=_failure_start(state, now))
+            state = replace(
+                state,
+                failure_started_at=_failure_start(state, now),
+                inferred_failures=state.inferred_failures + 1,
+            )
         return replace(
             state,
             last_time=now,
@@ -185,7 +190,7 @@ def failure_model(facts: PlanFacts, state: EtaState, step_seconds: float) -> Fai
     beta0 = max(facts.planned_duration_seconds, 1.0)
     alpha0 = prior_rate * beta0
     beta = beta0 + state.exposure_seconds
-    alpha = alpha0 + state.failures
+    alpha = alpha0 + state.failures + state.inferred_failures
     planned_cost = facts.restart_seconds + facts.checkpoint_interval_steps * step_seconds / 2.0
     costs = state.restart_costs_seconds
     cost = (planned_cost + sum(costs)) / (1 + len(costs))

@@ -72,6 +72,9 @@ class EtaState:
     """The step the current segment started from (None: not yet seen)."""
     intervals: tuple[Interval, ...] = ()
     failures: int = 0
+    """Failures reported by the observations (Kubernetes or the local supervisor)."""
+    inferred_failures: int = 0
+    """Resumes (the step going back) that no reported failure explained."""
     failure_started_at: float | None = None
     """When the latest failure was seen, until steps move again (its restart cost)."""
     restart_costs_seconds: tuple[float, ...] = ()

@@ -1,0 +1,20 @@
+"""Monitoring a training run: its metrics (a pod's endpoint or a Prometheus server) and
+its failures (Job and Pod status, each counted once). Parsing is pure; `scrape` does
+network I/O. Reads Pods and Jobs as dicts handed in; talks to no Kubernetes API itself."""
+
+from trainplan.monitor.failures import Failure, FailureLedger, observe_failures, pod_failures
+from trainplan.monitor.metrics import GpuMetrics, TrainingMetrics, parse_metrics
+from trainplan.monitor.scrape import ScrapeError, query_prometheus, scrape
+
+__all__ = [
+    "Failure",
+    "FailureLedger",
+    "GpuMetrics",
+    "ScrapeError",
+    "TrainingMetrics",
+    "observe_failures",
+    "parse_metrics",
+    "pod_failures",
+    "query_prometheus",
+    "scrape",
+]

@@ -1,0 +1,100 @@
+"""Training metrics as the monitor reads them: parsing the exposition text a training
+pod serves, with prometheus-client's parser (pure)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from trainplan.runtime.schema import (
+    GPU_LABEL,
+    GPU_MEMORY_TOTAL_BYTES,
+    GPU_MEMORY_USED_BYTES,
+    GPU_POWER_WATTS,
+    GPU_UTILIZATION_RATIO,
+    TRAIN_CHECKPOINT_STEP,
+    TRAIN_LAST_STEP_TIMESTAMP_SECONDS,
+    TRAIN_LOSS,
+    TRAIN_STEP,
+    TRAIN_STEP_SECONDS,
+    TRAIN_TOKENS,
+    TRAIN_TOTAL_STEPS,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMetrics:
+    """One GPU's series."""
+
+    gpu: str
+    utilization_ratio: float | None = None
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    power_watts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingMetrics:
+    """The training series of one pod (or of a Prometheus query), None where absent."""
+
+    step: int | None = None
+    total_steps: int | None = None
+    tokens: int | None = None
+    loss: float | None = None
+    last_step_timestamp_seconds: float | None = None
+    step_seconds_count: float | None = None
+    step_seconds_sum: float | None = None
+    checkpoint_step: int | None = None
+    gpus: tuple[GpuMetrics, ...] = ()
+
+    @property
+    def has_training_series(self) -> bool:
+        return self.step is not None
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None or math.isnan(value) else int(value)
+
+
+def _known(value: float | None) -> float | None:
+    """The reporter's placeholders (NaN before a loss, 0 before a total or checkpoint)
+    mean "not known yet"."""
+    return None if value is None or math.isnan(value) else value
+
+
+def _positive(value: int | None) -> int | None:
+    return value if value else None
+
+
+def parse_metrics(text: str) -> TrainingMetrics:
+    """The trainplan series in a Prometheus text exposition; others are ignored.
+    Raises ValueError when the text is not the exposition format."""
+    scalars: dict[str, float] = {}
+    gpus: dict[str, dict[str, float]] = {}
+    gpu_fields = {
+        GPU_UTILIZATION_RATIO.name: "utilization_ratio",
+        GPU_MEMORY_USED_BYTES.name: "memory_used_bytes",
+        GPU_MEMORY_TOTAL_BYTES.name: "memory_total_bytes",
+        GPU_POWER_WATTS.name: "power_watts",
+    }
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in gpu_fields:
+                gpu = sample.labels.get(GPU_LABEL, "")
+                gpus.setdefault(gpu, {})[gpu_fields[sample.name]] = sample.value
+            elif sample.name.startswith("trainplan_train_"):
+                scalars[sample.name] = sample.value
+    histogram = TRAIN_STEP_SECONDS.name
+    return TrainingMetrics(
+        step=_int(scalars.get(TRAIN_STEP.name)),
+        total_steps=_positive(_int(scalars.get(TRAIN_TOTAL_STEPS.name))),
+        tokens=_int(scalars.get(TRAIN_TOKENS.name)),
+        loss=_known(scalars.get(TRAIN_LOSS.name)),
+        last_step_timestamp_seconds=scalars.get(TRAIN_LAST_STEP_TIMESTAMP_SECONDS.name),
+        step_seconds_count=scalars.get(f"{histogram}_count"),
+        step_seconds_sum=scalars.get(f"{histogram}_sum"),
+        checkpoint_step=_positive(_int(scalars.get(TRAIN_CHECKPOINT_STEP.name))),
+        gpus=tuple(GpuMetrics(gpu=gpu, **values) for gpu, values in sorted(gpus.items())),
+    )
