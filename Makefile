@@ -37,6 +37,7 @@ test: static unit
 bench: setup
 	$(BIN)/python -m benchmarks.planner_speed
 	$(BIN)/python -m benchmarks.accuracy
+	$(BIN)/python -m benchmarks.reporter_overhead
 
 # Refit the planner's efficiency constants to tests/data and store them.
 fit: setup
