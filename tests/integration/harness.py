@@ -20,7 +20,7 @@ import aiohttp
 import kmock
 import kopf
 
-from trainplan.controller import ControllerContext, run_operator
+from trainplan.controller import ControllerContext, OperatorConfig, run_operator
 from trainplan.planner import Catalog
 
 TRAINING_PLANS = "trainplan.dev/v1alpha1/trainingplans"
@@ -80,13 +80,16 @@ class Cluster:
             return response.status, await response.json(content_type=None)
 
     async def apply_plan(self, document: dict[str, Any], namespace: str = "default") -> str:
-        """`kubectl apply` of a new TrainingPlan: the server adds uid, generation and the
-        creation time."""
+        """`kubectl apply` of a new TrainingPlan: the server adds uid, generation, resource
+        version and the creation time."""
         body = copy.deepcopy(document)
         meta = body.setdefault("metadata", {})
         meta.setdefault("namespace", namespace)
         meta["uid"] = f"uid-{next(self._uids):04d}"
         meta["generation"] = 1
+        # kmock does not version objects; Kopf guards some patches with a test of the
+        # resourceVersion it saw, so every object needs one (it stays "1" here).
+        meta["resourceVersion"] = "1"
         meta["creationTimestamp"] = datetime.now(tz=UTC).isoformat()
         status, answer = await self._call(
             "POST", f"/apis/trainplan.dev/v1alpha1/namespaces/{namespace}/trainingplans", body
@@ -160,18 +163,28 @@ class OperatorProcess:
     """The operator in a thread with its own event loop, as in a real process: Kopf
     cancels every task of its loop when it stops, so it must not share the test's."""
 
-    def __init__(self, cluster: Cluster, catalog: Catalog) -> None:
+    def __init__(
+        self, cluster: Cluster, catalog: Catalog, config: OperatorConfig | None = None
+    ) -> None:
         self.cluster = cluster
         self.catalog = catalog
+        # Operator metrics on any free port: several operators start in one test session.
+        self.config = config or OperatorConfig(metrics_port=0, metrics_address="127.0.0.1")
         self._thread: threading.Thread | None = None
+        self._context: ControllerContext | None = None
         self._stop = threading.Event()
         self._error: BaseException | None = None
 
     def _login(self, **_: Any) -> kopf.ConnectionInfo:
         return kopf.ConnectionInfo(server=self.cluster.url, insecure=True)
 
+    @property
+    def metrics_port(self) -> int | None:
+        """The port the operator metrics are served on (chosen at start-up)."""
+        return None if self._context is None else self._context.metrics_port
+
     def _run(self, ready: threading.Event) -> None:
-        context = ControllerContext(catalog=self.catalog)
+        context = self._context = ControllerContext(catalog=self.catalog, config=self.config)
         try:
             asyncio.run(
                 run_operator(context, login=self._login, stop_flag=self._stop, ready_flag=ready)

@@ -284,3 +284,31 @@ async def test_changes_after_launch_are_reported_not_applied(
     assert "spec.objective.gpus" in planned["message"]
     assert after["plan"] == before["status"]["plan"]
     assert len(cluster.objects(JOBS)) == 1
+
+
+async def test_operator_serves_plan_metrics(operator: OperatorProcess, cluster: Cluster) -> None:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    name = await cluster.apply_plan(_broken("metered", {}))
+    await cluster.wait_for_phase(name, "Launching")
+    port = operator.metrics_port
+    assert port is not None
+
+    def scrape() -> dict[str, float]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+            text = page.read().decode()
+        return {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.labels.get("plan") == name
+            and sample.labels.get("trainplan_plan_phase") in (None, "Launching")
+        }
+
+    await cluster.wait_for(lambda: "trainplan_plan_gpus" in scrape(), "the plan's metrics")
+    samples = scrape()
+    assert samples["trainplan_plan_gpus"] == 16
+    assert samples["trainplan_plan_phase"] == 1
+    assert "trainplan_plan_info" in samples

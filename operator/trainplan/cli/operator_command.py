@@ -41,12 +41,21 @@ from trainplan.planner import load_catalog
     show_default=True,
     help="Seconds for one API request.",
 )
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=OperatorConfig().metrics_port,
+    show_default=True,
+    help="Port of the operator metrics (/metrics); 0 for any free port.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def command(
+    *,
     namespaces: tuple[str, ...],
     liveness: str,
     watch_timeout_seconds: float,
     request_timeout_seconds: float,
+    metrics_port: int,
     verbose: bool,
 ) -> None:
     """Run the trainplan operator (Kopf) with the in-cluster service account, or the
@@ -59,6 +68,7 @@ def command(
         watch_server_timeout_seconds=watch_timeout_seconds,
         watch_client_timeout_seconds=watch_timeout_seconds + 60,
         request_timeout_seconds=request_timeout_seconds,
+        metrics_port=metrics_port,
     )
     context = ControllerContext(catalog=load_catalog(), config=config)
     asyncio.run(run_operator(context, namespaces=namespaces, liveness_endpoint=liveness or None))

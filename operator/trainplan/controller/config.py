@@ -24,6 +24,10 @@ class OperatorConfig:
     """One API request, start to end."""
     event_level: int = logging.WARNING
     """Log records at this level or above become Kubernetes Events on the object."""
+    metrics_port: int | None = 8080
+    """Serve the operator metrics on this port (`/metrics`); None: not served."""
+    metrics_address: str = "0.0.0.0"
+    """Address of the operator metrics server."""
 
 
 def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:

@@ -7,11 +7,13 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import kopf
 
 from trainplan.cluster import Connection, KubernetesApi
 from trainplan.controller.config import OperatorConfig
+from trainplan.controller.metrics import OperatorMetrics, serve_metrics
 from trainplan.planner import Catalog
 
 
@@ -46,7 +48,21 @@ class ControllerContext:
     config: OperatorConfig = field(default_factory=OperatorConfig)
     clock: Callable[[], datetime] = utc_now
     connection: Connection | None = None
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    metrics_port: int | None = None
+    """The port the operator metrics are served on, once started."""
     _api: KubernetesApi | None = field(default=None, repr=False)
+    _metrics_server: Any = field(default=None, repr=False)
+
+    def serve_metrics(self) -> int | None:
+        """Start the operator metrics server (once); returns its port."""
+        if self.config.metrics_port is None:
+            return None
+        if self._metrics_server is None:
+            self._metrics_server, self.metrics_port = serve_metrics(
+                self.metrics, self.config.metrics_port, self.config.metrics_address
+            )
+        return self.metrics_port
 
     def api(self) -> KubernetesApi:
         """The API client for the current login (made on first use)."""
@@ -67,3 +83,7 @@ class ControllerContext:
         if self._api is not None:
             await self._api.close()
             self._api = None
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None

@@ -4,7 +4,7 @@ objects through `trainplan.cluster` and writes status once (Kopf's `patch`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import kopf
@@ -21,6 +21,7 @@ from trainplan.api import (
 from trainplan.cluster import KubernetesApiError, OwnershipConflictError
 from trainplan.controller.config import configure_kopf
 from trainplan.controller.context import ControllerContext, connection_from
+from trainplan.controller.metrics import snapshot_from_status
 from trainplan.controller.reconcile import (
     LaunchDecision,
     changes_after_launch,
@@ -44,6 +45,31 @@ async def _default_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
+ACTIVE_PHASES = frozenset({Phase.LAUNCHING.value, Phase.RUNNING.value, Phase.RESTARTING.value})
+"""Phases whose ETA the timer revises."""
+
+
+def _active(status: kopf.Status, **_: Any) -> bool:
+    return status.get("phase") in ACTIVE_PHASES and bool(status.get("plan"))
+
+
+def _record(context: ControllerContext, body: kopf.Body, status: Mapping[str, Any]) -> None:
+    """Put a plan's latest status into the operator metrics."""
+    context.metrics.record(
+        body.meta.namespace or "default", body.meta.name or "", snapshot_from_status(status)
+    )
+
+
+def _merged(current: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(current)
+    for key, value in update.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
+
+
 def build_registry(login: LoginFn | None = None) -> kopf.OperatorRegistry:
     """A registry with every trainplan handler; `login` replaces the default login (tests
     point it at an emulated API server)."""
@@ -51,8 +77,14 @@ def build_registry(login: LoginFn | None = None) -> kopf.OperatorRegistry:
     chosen_login: LoginFn = login or _default_login
 
     @kopf.on.startup(registry=registry)
-    def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
-        configure_kopf(settings, _context(memo).config)
+    def configure(
+        settings: kopf.OperatorSettings, memo: Any, logger: kopf.Logger, **_: Any
+    ) -> None:
+        context = _context(memo)
+        configure_kopf(settings, context.config)
+        port = context.serve_metrics()
+        if port is not None:
+            logger.info(f"operator metrics on :{port}/metrics")
 
     @kopf.on.login(registry=registry)
     async def authenticate(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -77,6 +109,7 @@ def build_registry(login: LoginFn | None = None) -> kopf.OperatorRegistry:
         context = _context(memo)
         decision = await _apply(await _decide(body, context), body, context, logger)
         patch.status.update(decision.status)
+        _record(context, body, _merged(body.get("status", {}) or {}, decision.status))
 
     @kopf.on.update(*_PLANS, field="spec", registry=registry)
     async def spec_changed(
@@ -154,6 +187,9 @@ def build_registry(login: LoginFn | None = None) -> kopf.OperatorRegistry:
                 plan_name,
                 {"status": update},
                 subresource="status",
+            )
+            context.metrics.record(
+                namespace, plan_name, snapshot_from_status({**current, **update})
             )
 
     kopf.on.event("batch", "v1", "jobs", labels={PLAN_LABEL: kopf.PRESENT}, registry=registry)(

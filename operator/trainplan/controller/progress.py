@@ -1,0 +1,125 @@
+"""From an ETA estimate to the TrainingPlan's progress status, conditions and the
+transitions worth an Event (pure)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from trainplan.api import ConditionType, format_duration
+from trainplan.controller.conditions import make_condition, merge_conditions
+from trainplan.eta import Estimate
+from trainplan.monitor import FailureLedger
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressUpdate:
+    """The status patch of one ETA revision and the Events it calls for."""
+
+    status: dict[str, Any]
+    events: tuple[tuple[str, str, str], ...]
+    """(type Normal|Warning, reason, message) for each transition."""
+
+
+def _iso(time: datetime) -> str:
+    return time.isoformat()
+
+
+def _was_true(current: Mapping[str, Any], condition_type: str) -> bool:
+    for condition in current.get("conditions", []) or []:
+        if condition.get("type") == condition_type:
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def progress_update(
+    estimate: Estimate,
+    ledger: FailureLedger,
+    current: Mapping[str, Any],
+    *,
+    tokens: int | None,
+    last_step_time: datetime | None,
+    metrics_error: str | None,
+    generation: int | None,
+    now: datetime,
+) -> ProgressUpdate:
+    """The status fields of DESIGN.md for this revision, in one patch."""
+    remaining = estimate.remaining_seconds
+    progress: dict[str, Any] = {"step": estimate.step, "totalSteps": estimate.total_steps}
+    if tokens is not None:
+        progress["tokens"] = tokens
+    if estimate.measured_step_seconds is not None:
+        progress["measuredStepSeconds"] = estimate.measured_step_seconds
+    if estimate.measured_mfu is not None and math.isfinite(estimate.measured_mfu):
+        progress["measuredMFU"] = estimate.measured_mfu
+    if last_step_time is not None:
+        progress["lastStepTime"] = _iso(last_step_time)
+    failures: dict[str, Any] = {
+        "count": ledger.count + estimate.inferred_failures,
+        "lostSeconds": float((current.get("failures") or {}).get("lostSeconds", 0.0)),
+    }
+    if ledger.last is not None:
+        failures["lastReason"] = ledger.last.reason
+        if ledger.last.time:
+            failures["lastTime"] = ledger.last.time
+    elif (current.get("failures") or {}).get("lastReason"):
+        failures["lastReason"] = current["failures"]["lastReason"]
+    updates = [
+        make_condition(
+            ConditionType.METRICS_AVAILABLE,
+            "False" if metrics_error else "True",
+            "ScrapeFailed" if metrics_error else "Scraped",
+            metrics_error or "training metrics read",
+            now=now,
+            generation=generation,
+        ),
+        make_condition(
+            ConditionType.DEADLINE_AT_RISK,
+            "True" if estimate.deadline_at_risk else "False",
+            "PastDeadline" if estimate.deadline_at_risk else "OnTime",
+            f"median completion in {format_duration(remaining)}"
+            + (" passes the deadline" if estimate.deadline_at_risk else ""),
+            now=now,
+            generation=generation,
+        ),
+        make_condition(
+            ConditionType.STALLED,
+            "True" if estimate.stalled else "False",
+            "NoProgress" if estimate.stalled else "Progressing",
+            f"no step completed for {format_duration(estimate.seconds_since_progress)}"
+            if estimate.stalled
+            else "steps are completing",
+            now=now,
+            generation=generation,
+        ),
+    ]
+    status: dict[str, Any] = {
+        "progress": progress,
+        "progressPercentage": min(100, int(estimate.progress_ratio * 100)),
+        "estimatedRemainingSeconds": round(remaining),
+        "estimatedCompletionTime": _iso(now + timedelta(seconds=remaining)),
+        "estimatedCompletionRange": {
+            "earliest": _iso(now + timedelta(seconds=estimate.earliest_seconds)),
+            "latest": _iso(now + timedelta(seconds=estimate.latest_seconds)),
+        },
+        "failures": failures,
+        "gpuHours": {
+            "used": estimate.gpu_hours_used,
+            "projected": estimate.gpu_hours_projected,
+        },
+        "conditions": merge_conditions(current.get("conditions"), updates),
+        "lastUpdatedTime": _iso(now),
+    }
+    events: list[tuple[str, str, str]] = []
+    if estimate.deadline_at_risk and not _was_true(current, ConditionType.DEADLINE_AT_RISK):
+        events.append(("Warning", "DeadlineAtRisk", updates[1]["message"]))
+    if estimate.stalled and not _was_true(current, ConditionType.STALLED):
+        events.append(("Warning", "Stalled", updates[2]["message"]))
+    previous_count = int((current.get("failures") or {}).get("count", 0) or 0)
+    if failures["count"] > previous_count:
+        reason = failures.get("lastReason", "unknown")
+        events.append(("Warning", "Restarted", f"failure {failures['count']} ({reason}); resuming"))
+    return ProgressUpdate(status, tuple(events))

@@ -1,0 +1,173 @@
+"""ETA estimate -> status patch and Events; status -> operator metrics."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.contract.crd_schema import committed_crd, validator_for
+from trainplan.controller.metrics import OperatorMetrics, snapshot_from_status
+from trainplan.controller.progress import progress_update
+from trainplan.eta import EtaState, Observation, PlanFacts, revise
+from trainplan.monitor import Failure, FailureLedger
+
+NOW = datetime(2026, 11, 22, 12, tzinfo=UTC)
+FACTS = PlanFacts(
+    total_steps=100,
+    planned_step_seconds=1.0,
+    gpus=8,
+    checkpoint_interval_steps=10,
+    restart_seconds=30,
+    interruptions_per_gpu_hour=0.0,
+    planned_mfu=0.5,
+    planned_duration_seconds=100,
+    deadline_seconds=50,
+)
+
+
+def _estimate(step: int, stalled_for: float = 0.0):  # type: ignore[no-untyped-def]
+    state = EtaState()
+    estimate = None
+    for second in range(0, step + 1, 5):
+        estimate, state = revise(
+            FACTS,
+            state,
+            Observation(time=NOW + timedelta(seconds=second), step=second, started_at=NOW),
+        )
+    if stalled_for:
+        estimate, state = revise(
+            FACTS,
+            state,
+            Observation(
+                time=NOW + timedelta(seconds=step + stalled_for), step=step, started_at=NOW
+            ),
+        )
+    assert estimate is not None
+    return estimate
+
+
+def test_status_patch_has_every_design_field_and_validates() -> None:
+    ledger = FailureLedger(
+        keys=frozenset({("pod", "a")}), last=Failure(("pod", "a"), "Evicted", None)
+    )
+    update = progress_update(
+        _estimate(40),
+        ledger,
+        {},
+        tokens=4000,
+        last_step_time=NOW,
+        metrics_error=None,
+        generation=1,
+        now=NOW,
+    )
+    status = update.status
+    for key in (
+        "progress",
+        "progressPercentage",
+        "estimatedRemainingSeconds",
+        "estimatedCompletionTime",
+        "estimatedCompletionRange",
+        "failures",
+        "gpuHours",
+        "conditions",
+        "lastUpdatedTime",
+    ):
+        assert key in status, key
+    assert status["progress"]["step"] == 40
+    assert status["progressPercentage"] == 40
+    assert status["failures"]["count"] == 1
+    types = {c["type"]: c["status"] for c in status["conditions"]}
+    assert types == {"MetricsAvailable": "True", "DeadlineAtRisk": "True", "Stalled": "False"}
+    validator = validator_for(committed_crd("trainingplans"), "status")
+    assert list(validator.iter_errors(status)) == []
+    reasons = [event[1] for event in update.events]
+    assert reasons == ["DeadlineAtRisk", "Restarted"]
+
+
+def test_events_only_on_transitions_and_scrape_failures_are_reported() -> None:
+    first = progress_update(
+        _estimate(40),
+        FailureLedger(),
+        {},
+        tokens=None,
+        last_step_time=None,
+        metrics_error="cannot scrape",
+        generation=1,
+        now=NOW,
+    )
+    second = progress_update(
+        _estimate(45),
+        FailureLedger(),
+        first.status,
+        tokens=None,
+        last_step_time=None,
+        metrics_error="cannot scrape",
+        generation=1,
+        now=NOW,
+    )
+    assert [e[1] for e in first.events] == ["DeadlineAtRisk"]
+    assert second.events == ()
+    metrics = next(c for c in second.status["conditions"] if c["type"] == "MetricsAvailable")
+    assert (metrics["status"], metrics["message"]) == ("False", "cannot scrape")
+
+
+def test_stall_event() -> None:
+    update = progress_update(
+        _estimate(40, stalled_for=600),
+        FailureLedger(),
+        {},
+        tokens=None,
+        last_step_time=None,
+        metrics_error=None,
+        generation=1,
+        now=NOW,
+    )
+    assert "Stalled" in [event[1] for event in update.events]
+
+
+def test_operator_metrics_use_design_names() -> None:
+    metrics = OperatorMetrics()
+    status = progress_update(
+        _estimate(40),
+        FailureLedger(),
+        {},
+        tokens=None,
+        last_step_time=None,
+        metrics_error=None,
+        generation=1,
+        now=NOW,
+    ).status
+    status.update(
+        {
+            "phase": "Running",
+            "gpus": 8,
+            "layout": "TP1 PP1 DP8",
+            "plan": {"gpuType": "A100-SXM4-80GB", "stepSeconds": 1.0, "mfu": 0.5, "gpuHours": 1.0},
+        }
+    )
+    metrics.record("team-a", "llama", snapshot_from_status(status))
+    registry = CollectorRegistry()
+    registry.register(metrics)
+    names = {
+        sample.name: sample
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for sample in family.samples
+    }
+    for name in (
+        "trainplan_plan_info",
+        "trainplan_plan_phase",
+        "trainplan_plan_gpus",
+        "trainplan_plan_progress_ratio",
+        "trainplan_plan_eta_seconds",
+        "trainplan_plan_estimated_completion_timestamp_seconds",
+        "trainplan_plan_step_seconds",
+        "trainplan_plan_mfu",
+        "trainplan_plan_gpu_hours",
+    ):
+        assert name in names, name
+    assert names["trainplan_plan_gpus"].labels == {"namespace": "team-a", "plan": "llama"}
+    assert names["trainplan_plan_progress_ratio"].value == 0.4
+    metrics.forget("team-a", "llama")
+    assert "trainplan_plan_gpus" not in generate_latest(registry).decode().split("# TYPE")[-1]
