@@ -367,7 +367,7 @@ def test_user_command_and_args_follow_torchrun() -> None:
 def test_environment_names_are_the_documented_ones_in_order() -> None:
     names = [entry["name"] for entry in container(objects_for())["env"]]
 
-    assert names == ["JOB_COMPLETION_INDEX", *envnames.NAMES]
+    assert names == ["JOB_COMPLETION_INDEX", *envnames.NAMES, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]
     assert all(name.startswith(envnames.PREFIX) for name in envnames.NAMES)
     assert len(set(envnames.NAMES)) == len(envnames.NAMES)
 
@@ -411,6 +411,7 @@ def test_environment_values_equal_the_plan(catalog: Catalog) -> None:
         "TRAINPLAN_MODEL_VOCAB_SIZE": str(shape.vocab_size),
         "TRAINPLAN_MODEL_SEQUENCE_LENGTH": str(shape.sequence_length),
         "TRAINPLAN_MODEL_TIED_EMBEDDINGS": "false",
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
     }
     assert (shape.layers, shape.hidden_size, shape.ffn_hidden_size) == (32, 4096, 11008)
     assert result.total_steps == int(values["TRAINPLAN_TOTAL_STEPS"])

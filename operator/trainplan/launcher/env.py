@@ -127,6 +127,11 @@ NAMES: Final = (
 )
 """Every `TRAINPLAN_` variable, in the order the launcher sets them."""
 
+TORCHRUN_FRESH_STORE: Final = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+"""Set in every training container: with torch 2.x's shared rendezvous store, workers that
+torchrun restarts read the previous attempt's addresses and hang or fail to connect
+(pytorch/pytorch#135712); a fresh store per attempt makes `--max-restarts` work."""
+
 JOB_COMPLETION_INDEX: Final = "JOB_COMPLETION_INDEX"
 """The node rank: the pod's index in its Indexed Job (0 .. nodes - 1)."""
 

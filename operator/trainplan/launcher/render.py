@@ -232,6 +232,9 @@ def environment(
     generated = [
         {"name": name, "value": value} for name, value in values.items() if name not in user
     ]
+    store_name, store_value = env.TORCHRUN_FRESH_STORE
+    if store_name not in user:
+        generated.append({"name": store_name, "value": store_value})
     return [index, *generated, *user.values()]
 
 
