@@ -280,6 +280,7 @@ def revise(
         seconds_since_progress=since_progress,
         deadline_at_risk=deadline_at_risk,
         metrics_available=observation.step is not None,
+        inferred_failures=state.inferred_failures,
         notes=tuple(notes),
     )
     return estimate, state

@@ -111,4 +111,6 @@ class Estimate:
     seconds_since_progress: float
     deadline_at_risk: bool
     metrics_available: bool
+    inferred_failures: int = 0
+    """Resumes seen in the metrics that no reported failure explained."""
     notes: tuple[str, ...] = field(default=())
