@@ -48,6 +48,19 @@ from trainplan.planner import load_catalog
     show_default=True,
     help="Port of the operator metrics (/metrics); 0 for any free port.",
 )
+@click.option(
+    "--eta-interval",
+    "eta_interval_seconds",
+    type=float,
+    default=OperatorConfig().eta_interval_seconds,
+    show_default=True,
+    help="Seconds between ETA revisions of each running plan.",
+)
+@click.option(
+    "--prometheus-url",
+    default=None,
+    help="Read training metrics from this Prometheus server instead of scraping pods.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def command(
     *,
@@ -56,6 +69,8 @@ def command(
     watch_timeout_seconds: float,
     request_timeout_seconds: float,
     metrics_port: int,
+    eta_interval_seconds: float,
+    prometheus_url: str | None,
     verbose: bool,
 ) -> None:
     """Run the trainplan operator (Kopf) with the in-cluster service account, or the
@@ -69,6 +84,8 @@ def command(
         watch_client_timeout_seconds=watch_timeout_seconds + 60,
         request_timeout_seconds=request_timeout_seconds,
         metrics_port=metrics_port,
+        eta_interval_seconds=eta_interval_seconds,
+        prometheus_url=prometheus_url,
     )
     context = ControllerContext(catalog=load_catalog(), config=config)
     asyncio.run(run_operator(context, namespaces=namespaces, liveness_endpoint=liveness or None))

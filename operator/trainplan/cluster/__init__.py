@@ -7,6 +7,7 @@ from trainplan.cluster.client import (
     KubernetesApi,
     KubernetesApiError,
     OwnershipConflictError,
+    event_for,
 )
 from trainplan.cluster.resources import ResourcePath, resource_path
 
@@ -17,5 +18,6 @@ __all__ = [
     "KubernetesApiError",
     "OwnershipConflictError",
     "ResourcePath",
+    "event_for",
     "resource_path",
 ]

@@ -7,6 +7,7 @@ operator never creates a second Job; an object owned by someone else is a confli
 
 from __future__ import annotations
 
+import hashlib
 import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -203,3 +204,38 @@ class KubernetesApi:
                 f" {found or 'nothing'}, not by this plan ({wanted or 'no owner'})"
             )
         return ApplyResult(obj["kind"], meta["name"], "adopted", existing)
+
+
+def _short_hash(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
+
+
+def event_for(
+    obj: Mapping[str, Any], event_type: str, reason: str, message: str, now_iso: str
+) -> JSON:
+    """A core/v1 Event about `obj`, as `kubectl describe` shows it."""
+    meta = obj.get("metadata", {})
+    name = str(meta.get("name", ""))
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "generateName": f"{name}.",
+            "name": f"{name}.{reason.lower()}.{_short_hash(now_iso, reason, message)}",
+            "namespace": meta.get("namespace", "default"),
+        },
+        "involvedObject": {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": name,
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+        },
+        "type": event_type,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": "trainplan"},
+        "firstTimestamp": now_iso,
+        "lastTimestamp": now_iso,
+        "count": 1,
+    }

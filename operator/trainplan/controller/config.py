@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import kopf
 
 from trainplan.api import GROUP
+from trainplan.eta import StallPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,14 @@ class OperatorConfig:
     """One API request, start to end."""
     event_level: int = logging.WARNING
     """Log records at this level or above become Kubernetes Events on the object."""
+    eta_interval_seconds: float = 30.0
+    """How often each running plan's ETA is revised."""
+    scrape_timeout_seconds: float = 5.0
+    """One scrape of a training pod's metrics."""
+    prometheus_url: str | None = None
+    """Read training metrics from this Prometheus server instead of scraping pods."""
+    stall_policy: StallPolicy = field(default_factory=StallPolicy)
+    """When no completed step counts as a stall."""
     metrics_port: int | None = 8080
     """Serve the operator metrics on this port (`/metrics`); None: not served."""
     metrics_address: str = "0.0.0.0"

@@ -94,6 +94,7 @@ def build_registry(login: LoginFn | None = None) -> kopf.OperatorRegistry:
         if info is not None:
             context = _context(memo)
             await context.login(connection_from(info, context.config.request_timeout_seconds))
+            context.start_eta_loop()
         return info
 
     @kopf.on.cleanup(registry=registry)

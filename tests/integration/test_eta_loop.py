@@ -1,0 +1,183 @@
+"""The operator's ETA loop against kmock: a metrics endpoint served by the test, Pod and
+Job status written by the test (with a restart); status fields, conditions, Events and
+the operator metrics follow; a failing scrape degrades to MetricsAvailable=False."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.harness import Cluster, OperatorProcess
+from trainplan.controller import OperatorConfig
+from trainplan.planner import Catalog
+
+pytestmark = pytest.mark.asyncio
+
+
+class TrainingPod:
+    """A rank-0 training pod's metrics endpoint, on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.healthy = True
+        self.port = 0
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        if not self.healthy:
+            return web.Response(status=500, text="boom")
+        return web.Response(
+            text=(
+                "# TYPE trainplan_train_step gauge\n"
+                f"trainplan_train_step {self.step}\n"
+                "# TYPE trainplan_train_tokens gauge\n"
+                f"trainplan_train_tokens {self.step * 1000}\n"
+            )
+        )
+
+
+@pytest_asyncio.fixture()
+async def pod() -> AsyncIterator[TrainingPod]:
+    served = TrainingPod()
+    app = web.Application()
+    app.router.add_get("/metrics", served.metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    served.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield served
+    await runner.cleanup()
+
+
+@pytest_asyncio.fixture()
+async def fast_operator(cluster: Cluster, catalog: Catalog) -> AsyncIterator[OperatorProcess]:
+    config = OperatorConfig(metrics_port=0, metrics_address="127.0.0.1", eta_interval_seconds=0.2)
+    process = OperatorProcess(cluster, catalog, config)
+    await process.start()
+    yield process
+    await process.stop()
+
+
+def _plan(name: str, port: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainplan.dev/v1alpha1",
+        "kind": "TrainingPlan",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"preset": "pythia-1b"},
+            "data": {"tokens": 1e9},
+            "batch": {"globalBatchSize": 64},
+            "objective": {"gpus": 8},
+            "job": {"image": "registry.example/train:1.0", "metricsPort": port},
+        },
+    }
+
+
+def _status(cluster: Cluster, name: str) -> dict[str, Any]:
+    status: dict[str, Any] = cluster.plan(name).get("status", {})
+    return status
+
+
+def _condition(cluster: Cluster, name: str, kind: str) -> dict[str, Any]:
+    return next((c for c in _status(cluster, name).get("conditions", []) if c["type"] == kind), {})
+
+
+async def test_eta_follows_metrics_failures_and_scrape_errors(
+    fast_operator: OperatorProcess, cluster: Cluster, pod: TrainingPod
+) -> None:
+    name = await cluster.apply_plan(_plan("tracked", pod.port))
+    job = (await cluster.wait_for_phase(name, "Launching"))["status"]["jobName"]
+    pod_body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{job}-0-abcde",
+            "namespace": "default",
+            "uid": "pod-1",
+            "labels": {"trainplan.dev/plan": name},
+            "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": "127.0.0.1",
+            "containerStatuses": [{"name": "trainer", "restartCount": 0}],
+        },
+    }
+    code, _ = await cluster._call("POST", "/api/v1/namespaces/default/pods", pod_body)
+    assert code in (200, 201)
+    await cluster.write_job_status(job, {"active": 1, "startTime": "2026-11-22T00:00:00Z"})
+    await cluster.wait_for_phase(name, "Running")
+
+    pod.step = 100
+    await cluster.wait_for(
+        lambda: _status(cluster, name).get("progress", {}).get("step") == 100,
+        "progress to reach step 100",
+    )
+    status = _status(cluster, name)
+    total = status["plan"]["totalSteps"]
+    assert status["progress"]["totalSteps"] == total
+    assert status["progress"]["tokens"] == 100_000
+    assert status["progressPercentage"] == int(100 / total * 100)
+    assert status["estimatedRemainingSeconds"] > 0
+    assert status["estimatedCompletionRange"]["earliest"] <= status["estimatedCompletionTime"]
+    assert status["estimatedCompletionTime"] <= status["estimatedCompletionRange"]["latest"]
+    assert status["gpuHours"]["projected"] >= status["gpuHours"]["used"]
+    assert _condition(cluster, name, "MetricsAvailable")["status"] == "True"
+
+    # The trainer's container restarts once (OOM): counted once, an Event says so.
+    pod_body["status"]["containerStatuses"] = [
+        {
+            "name": "trainer",
+            "restartCount": 1,
+            "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+        }
+    ]
+    code, _ = await cluster._call(
+        "PATCH",
+        f"/api/v1/namespaces/default/pods/{pod_body['metadata']['name']}/status",
+        {"status": pod_body["status"]},
+    )
+    assert code == 200
+    await cluster.wait_for(
+        lambda: _status(cluster, name).get("failures", {}).get("count") == 1,
+        "the restart to be counted",
+    )
+    assert _status(cluster, name)["failures"]["lastReason"] == "OOMKilled (exit code 137)"
+    await cluster.wait_for(
+        lambda: any(e.get("reason") == "Restarted" for e in cluster.objects("v1/events").values()),
+        "a Restarted event",
+    )
+    pod.step = 150
+    await cluster.wait_for(
+        lambda: _status(cluster, name).get("progress", {}).get("step") == 150, "step 150"
+    )
+    assert _status(cluster, name)["failures"]["count"] == 1  # seen again, counted once
+
+    # Scraping fails: the condition says why, the estimate stays.
+    pod.healthy = False
+    await cluster.wait_for(
+        lambda: _condition(cluster, name, "MetricsAvailable").get("status") == "False",
+        "MetricsAvailable=False",
+    )
+    assert "500" in _condition(cluster, name, "MetricsAvailable")["message"]
+    assert _status(cluster, name)["estimatedRemainingSeconds"] > 0
+    assert fast_operator.running
+
+    # The operator's own metrics carry the ETA.
+    url = f"http://127.0.0.1:{fast_operator.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as page:
+        text = page.read().decode()
+    samples = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("plan") == name
+    }
+    assert samples["trainplan_plan_eta_seconds"] > 0
+    assert samples["trainplan_plan_progress_ratio"] == pytest.approx(150 / total)
