@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test static unit bench fit clean
+.PHONY: setup system demo test static unit bench fit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,13 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# Debian packages the tests use: a real Prometheus server (tests start it on 127.0.0.1).
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+system:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus; }
+
 demo: setup
 	$(BIN)/trainplan plan deploy/examples/*.yaml
 
@@ -27,7 +34,7 @@ static: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-unit: setup
+unit: setup system
 	$(BIN)/pytest
 
 # pytest exits 5 when it collects no test; make treats that as a failure.

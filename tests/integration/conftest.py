@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import kmock
 import pytest_asyncio
+from aiohttp import web
 
 from tests.integration.harness import (
     CLUSTER_RESOURCES,
@@ -13,7 +14,9 @@ from tests.integration.harness import (
     VERBS,
     Cluster,
     OperatorProcess,
+    TrainingPod,
 )
+from trainplan.controller import OperatorConfig
 from trainplan.planner import Catalog
 
 
@@ -35,6 +38,29 @@ async def cluster(kmock: kmock.KubernetesEmulator) -> Cluster:
 @pytest_asyncio.fixture()
 async def operator(cluster: Cluster, catalog: Catalog) -> AsyncIterator[OperatorProcess]:
     process = OperatorProcess(cluster, catalog)
+    await process.start()
+    yield process
+    await process.stop()
+
+
+@pytest_asyncio.fixture()
+async def pod() -> AsyncIterator[TrainingPod]:
+    served = TrainingPod()
+    app = web.Application()
+    app.router.add_get("/metrics", served.metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    served.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield served
+    await runner.cleanup()
+
+
+@pytest_asyncio.fixture()
+async def fast_operator(cluster: Cluster, catalog: Catalog) -> AsyncIterator[OperatorProcess]:
+    config = OperatorConfig(metrics_port=0, metrics_address="127.0.0.1", eta_interval_seconds=0.2)
+    process = OperatorProcess(cluster, catalog, config)
     await process.start()
     yield process
     await process.stop()

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import kmock
 import kopf
+from aiohttp import web
 
 from trainplan.controller import ControllerContext, OperatorConfig, run_operator
 from trainplan.planner import Catalog
@@ -233,3 +234,24 @@ class OperatorProcess:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+
+class TrainingPod:
+    """A rank-0 training pod's metrics endpoint, on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.healthy = True
+        self.port = 0
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        if not self.healthy:
+            return web.Response(status=500, text="boom")
+        return web.Response(
+            text=(
+                "# TYPE trainplan_train_step gauge\n"
+                f"trainplan_train_step {self.step}\n"
+                "# TYPE trainplan_train_tokens gauge\n"
+                f"trainplan_train_tokens {self.step * 1000}\n"
+            )
+        )

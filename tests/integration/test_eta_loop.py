@@ -5,63 +5,14 @@ the operator metrics follow; a failing scrape degrades to MetricsAvailable=False
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.harness import Cluster, OperatorProcess
-from trainplan.controller import OperatorConfig
-from trainplan.planner import Catalog
+from tests.integration.harness import Cluster, OperatorProcess, TrainingPod
 
 pytestmark = pytest.mark.asyncio
-
-
-class TrainingPod:
-    """A rank-0 training pod's metrics endpoint, on 127.0.0.1."""
-
-    def __init__(self) -> None:
-        self.step = 0
-        self.healthy = True
-        self.port = 0
-
-    async def metrics(self, _: web.Request) -> web.Response:
-        if not self.healthy:
-            return web.Response(status=500, text="boom")
-        return web.Response(
-            text=(
-                "# TYPE trainplan_train_step gauge\n"
-                f"trainplan_train_step {self.step}\n"
-                "# TYPE trainplan_train_tokens gauge\n"
-                f"trainplan_train_tokens {self.step * 1000}\n"
-            )
-        )
-
-
-@pytest_asyncio.fixture()
-async def pod() -> AsyncIterator[TrainingPod]:
-    served = TrainingPod()
-    app = web.Application()
-    app.router.add_get("/metrics", served.metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    served.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield served
-    await runner.cleanup()
-
-
-@pytest_asyncio.fixture()
-async def fast_operator(cluster: Cluster, catalog: Catalog) -> AsyncIterator[OperatorProcess]:
-    config = OperatorConfig(metrics_port=0, metrics_address="127.0.0.1", eta_interval_seconds=0.2)
-    process = OperatorProcess(cluster, catalog, config)
-    await process.start()
-    yield process
-    await process.stop()
 
 
 def _plan(name: str, port: int) -> dict[str, Any]:
