@@ -1,0 +1,123 @@
+"""`trainplan run FILE --local`: run a plan on this machine (`trainplan.local`).
+
+There is no GPU here, so the plan is made for `--nproc` CPU processes (default 2) with
+the catalog's GPU type kept: the planned step time is the one of that GPU, the ETA starts
+from it and the measured speed takes over within a few revisions.
+
+Exit status: torchrun's final exit code (0 done), 2 for invalid input or a spec that
+cannot run locally, 3 when no plan is feasible.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from pydantic import ValidationError
+from rich.console import Console
+
+from trainplan.api import format_validation_errors
+from trainplan.cli.common import EXIT_INFEASIBLE, EXIT_INVALID
+from trainplan.cli.inputs import read_plan_inputs
+from trainplan.launcher import LauncherError
+from trainplan.local import LocalOptions, plan_locally, run_local
+from trainplan.local.runner import DEFAULT_METRICS_PORT
+from trainplan.planner import InfeasiblePlanError, PlanInputError, load_catalog
+
+
+@click.command("run")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--local", "local", is_flag=True, required=True, help="Run on this machine.")
+@click.option(
+    "--nproc",
+    type=click.IntRange(1, 16),
+    default=2,
+    show_default=True,
+    help="CPU processes (torchrun --nproc-per-node).",
+)
+@click.option(
+    "--eta-log",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write one JSON line per ETA revision to this file.",
+)
+@click.option(
+    "--report",
+    "report",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Write summary.json and eta.png (with matplotlib) to this directory.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_METRICS_PORT,
+    show_default=True,
+    help="Port of the plan's metrics (0: any free port).",
+)
+@click.option(
+    "--scrape-interval",
+    type=click.FloatRange(0.1, 60),
+    default=1.0,
+    show_default=True,
+    help="Seconds between scrapes of the trainer's metrics.",
+)
+def command(
+    *,
+    file: Path,
+    local: bool,
+    nproc: int,
+    eta_log: Path | None,
+    report: Path | None,
+    metrics_port: int,
+    scrape_interval: float,
+) -> None:
+    """Run the TrainingPlan in FILE locally: torchrun with NPROC CPU processes, restarted
+    on failure, with a live ETA."""
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    inputs = read_plan_inputs(file)
+    if len(inputs) != 1:
+        errors.print(f"{file}: one TrainingPlan expected, found {len(inputs)}", markup=False)
+        sys.exit(EXIT_INVALID)
+    item = inputs[0]
+    if item.spec is None:
+        for problem in item.problems:
+            errors.print(f"{item.label}: {problem}", markup=False)
+        sys.exit(EXIT_INVALID)
+    try:
+        planned = plan_locally(item.name, item.spec, nproc, load_catalog())
+    except ValidationError as error:
+        for line in format_validation_errors(error):
+            errors.print(f"{item.label} (with --nproc {nproc}): {line}", markup=False)
+        sys.exit(EXIT_INVALID)
+    except PlanInputError as error:
+        for field, message in error.problems:
+            errors.print(f"{item.label}: {item.spec_path}{field}: {message}", markup=False)
+        sys.exit(EXIT_INVALID)
+    except InfeasiblePlanError as error:
+        errors.print(f"{item.label}: no feasible plan", markup=False)
+        for reason in error.reasons:
+            errors.print(f"  {reason}", markup=False)
+        sys.exit(EXIT_INFEASIBLE)
+    options = LocalOptions(
+        eta_log=eta_log,
+        report_dir=report,
+        metrics_port=metrics_port,
+        scrape_interval=scrape_interval,
+    )
+    try:
+        result = run_local(planned, options)
+    except LauncherError as error:
+        for field, message in error.problems:
+            errors.print(f"{item.label}: {item.spec_path}{field}: {message}", markup=False)
+        sys.exit(EXIT_INVALID)
+    console = Console(highlight=False)
+    console.print(
+        f"{'done' if result.exit_code == 0 else f'failed (exit {result.exit_code})'}: "
+        f"step {result.final_step}/{result.total_steps} in {result.seconds:.1f} s, "
+        f"{result.restarts} restarts"
+        + (f", final loss {result.final_loss:.4f}" if result.final_loss is not None else "")
+        + (f"; report in {report}" if report is not None else "")
+    )
+    if result.exit_code != 0 and result.log_path is not None and report is None:
+        console.print(f"torchrun's output was in {result.log_path}")
+    sys.exit(result.exit_code)

@@ -1,0 +1,407 @@
+"""Running a plan on this machine: torchrun as a supervised child process group, its
+metrics scraped on localhost, the ETA revised, shown live and exported.
+
+The supervisor restarts torchrun (which resumes from the newest checkpoint) when it exits
+non-zero, up to `reliability.maxRestarts` times; torchrun restarts its own workers up to
+as many times first (`--max-restarts`). Both count as failures for the ETA: the
+supervisor's restarts, plus torchrun's, read from its log. A configuration or usage
+error (exit 2 or 3) is not retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Final
+
+import aiohttp
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from trainplan.eta import Estimate, EtaState, Observation, plan_facts, revise
+from trainplan.launcher.env import FAIL_JOB_EXIT_CODES
+from trainplan.local.exporter import LocalMetrics, LocalSnapshot, MetricsServer
+from trainplan.local.launch import (
+    TORCHRUN_RESTART_MARK,
+    LocalPlan,
+    local_launch,
+)
+from trainplan.local.report import Revision, summarize, write_plot, write_summary
+from trainplan.monitor import ScrapeError, TrainingMetrics, scrape
+
+DEFAULT_METRICS_PORT: Final = 9401
+DATASET_TOKENS: Final = 1_000_000
+_STOP_SECONDS: Final = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class LocalOptions:
+    """How to run: `metrics_port` 0 binds any free port; `report_dir` None writes no
+    report; `work_dir` None uses the report directory, or a temporary one."""
+
+    eta_log: Path | None = None
+    report_dir: Path | None = None
+    work_dir: Path | None = None
+    metrics_port: int = DEFAULT_METRICS_PORT
+    metrics_address: str = "0.0.0.0"
+    scrape_interval: float = 1.0
+    show: bool = True
+
+
+@dataclass
+class Hooks:
+    """Callbacks for tests and embedders: `on_attempt(torchrun_pid)` at each start,
+    `on_revision(revision, exporter_url)` after each revision."""
+
+    on_attempt: Callable[[int], None] | None = None
+    on_revision: Callable[[Revision, str], None] | None = None
+
+
+@dataclass
+class LocalResult:
+    """How the run ended."""
+
+    exit_code: int
+    restarts: int
+    final_step: int
+    total_steps: int
+    seconds: float
+    final_loss: float | None
+    revisions: list[Revision] = field(default_factory=list)
+    summary: dict[str, object] | None = None
+    log_path: Path | None = None
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _needs_dataset(local: LocalPlan) -> bool:
+    """The byte-level model (vocab 256) of the reference trainer trains on the generated
+    dataset; other shapes on the trainer's synthetic tokens."""
+    from trainplan.launcher.frameworks import DEFAULT_PROGRAMS
+
+    program = DEFAULT_PROGRAMS.get(local.spec.job.framework)
+    reference = program is not None and "trainplan.runtime.train" in program
+    return reference and local.shape.vocab_size == 256
+
+
+def _child_environment(additions: dict[str, str]) -> dict[str, str]:
+    dropped = ("TRAINPLAN_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_", "TORCHELASTIC_")
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
+    if Path("/sys/class/net/lo").exists():
+        environment.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    environment.update(additions)
+    return environment
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+class _Display:
+    """The live terminal view (rich)."""
+
+    def __init__(self, local: LocalPlan, console: Console, show: bool) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            console=console,
+            disable=not show,
+            transient=False,
+        )
+        self.task = self.progress.add_task(local.name, total=local.plan.total_steps, info="")
+        self.planned = local.plan.step_seconds
+
+    def update(self, estimate: Estimate, restarts: int) -> None:
+        measured = estimate.measured_step_seconds
+        step_text = f"{measured:.3f} s/step" if measured else "-- s/step"
+        info = (
+            f"{step_text} (plan {self.planned:.3f}) | ETA {_duration(estimate.remaining_seconds)}"
+            f" [{_duration(estimate.earliest_seconds)}-{_duration(estimate.latest_seconds)}]"
+            f" | restarts {restarts}"
+        )
+        self.progress.update(self.task, completed=estimate.step, info=info)
+
+
+def _duration(seconds: float) -> str:
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+class _Supervisor:
+    def __init__(
+        self,
+        local: LocalPlan,
+        options: LocalOptions,
+        hooks: Hooks,
+        console: Console,
+        work: Path,
+    ) -> None:
+        self.local = local
+        self.options = options
+        self.hooks = hooks
+        self.console = console
+        self.work = work
+        self.facts = plan_facts(local.plan, local.spec)
+        self.state = EtaState()
+        self.metrics = LocalMetrics(local.name)
+        self.restarts = 0
+        self.torchrun_restarts = 0
+        self.revisions: list[Revision] = []
+        self.last_metrics: TrainingMetrics | None = None
+        self.started = time.time()
+        self.started_at = datetime.fromtimestamp(self.started, UTC)
+        self.log_path = work / "torchrun.log"
+        self._log_offset = 0
+        self.display = _Display(local, console, options.show)
+
+    @property
+    def failures(self) -> int:
+        return self.restarts + self.torchrun_restarts
+
+    def _count_torchrun_restarts(self) -> None:
+        """torchrun's own worker restarts so far, from its log (read incrementally)."""
+        with contextlib.suppress(OSError), self.log_path.open("rb") as log:
+            log.seek(self._log_offset)
+            chunk = log.read()
+        if not chunk:
+            return
+        cut = chunk.rfind(b"\n") + 1
+        self._log_offset += cut
+        self.torchrun_restarts += chunk[:cut].count(TORCHRUN_RESTART_MARK.encode())
+
+    def revise(self, metrics: TrainingMetrics | None, done: bool = False) -> Revision:
+        self._count_torchrun_restarts()
+        now = datetime.now(UTC)
+        step = None if metrics is None else metrics.step
+        if done:
+            step = self.local.plan.total_steps
+        last_step_time = None
+        if metrics is not None and metrics.last_step_timestamp_seconds:
+            last_step_time = datetime.fromtimestamp(metrics.last_step_timestamp_seconds, UTC)
+        observation = Observation(
+            time=now,
+            step=step,
+            tokens=None if metrics is None else metrics.tokens,
+            last_step_time=last_step_time,
+            failures=self.failures,
+            checkpoint_step=None if metrics is None else metrics.checkpoint_step,
+            started_at=self.started_at,
+        )
+        estimate, self.state = revise(self.facts, self.state, observation)
+        revision = Revision(
+            time=now.timestamp(),
+            elapsed=now.timestamp() - self.started,
+            step=estimate.step,
+            total_steps=estimate.total_steps,
+            eta_seconds=estimate.remaining_seconds,
+            earliest_seconds=estimate.earliest_seconds,
+            latest_seconds=estimate.latest_seconds,
+            restarts=self.failures,
+            step_seconds=estimate.step_seconds,
+            measured_step_seconds=estimate.measured_step_seconds,
+            planned_step_seconds=self.facts.planned_step_seconds,
+            metrics_available=estimate.metrics_available,
+        )
+        self.revisions.append(revision)
+        self.metrics.record(
+            LocalSnapshot(
+                gpus=self.local.plan.gpus,
+                progress_ratio=estimate.progress_ratio,
+                eta_seconds=estimate.remaining_seconds,
+                completion_timestamp_seconds=revision.time + estimate.remaining_seconds,
+                planned_step_seconds=self.facts.planned_step_seconds,
+                measured_step_seconds=estimate.measured_step_seconds,
+                failures=self.failures,
+            )
+        )
+        self.display.update(estimate, self.failures)
+        return revision
+
+    async def run(self) -> LocalResult:
+        options = self.options
+        checkpoints = self.work / "checkpoints"
+        shutil.rmtree(checkpoints, ignore_errors=True)  # a fresh run, not a resume
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        data = None
+        if _needs_dataset(self.local):
+            from trainplan.runtime.dataset import ensure_dataset
+
+            data = str(ensure_dataset(self.work / "data.bin", DATASET_TOKENS))
+        trainer_port = free_port()
+        launch = local_launch(
+            self.local,
+            checkpoint_dir=str(checkpoints),
+            metrics_port=trainer_port,
+            linger_seconds=max(1.0, 2 * options.scrape_interval),
+            data=data,
+        )
+        environment = _child_environment(dict(launch.environment))
+        trainer_url = f"http://127.0.0.1:{trainer_port}/metrics"
+        server = MetricsServer(self.metrics, options.metrics_port, options.metrics_address)
+        eta_log: IO[str] | None = None
+        if options.eta_log is not None:
+            options.eta_log.parent.mkdir(parents=True, exist_ok=True)
+            eta_log = options.eta_log.open("w", encoding="utf-8")
+        self.console.print(
+            f"[bold]{self.local.name}[/]: {self.local.plan.gpus} CPU processes, "
+            f"{self.local.plan.total_steps} steps; planned step time "
+            f"{self.local.plan.step_seconds:.4f} s is for {self.local.plan.gpu_type}, "
+            f"so the measured speed takes over. Metrics: {server.url}",
+            highlight=False,
+        )
+        exit_code = 1
+        try:
+            with self.display.progress, self.log_path.open("w", encoding="utf-8") as log:
+                async with aiohttp.ClientSession() as session:
+                    while True:
+                        exit_code = await self._attempt(
+                            launch.command,
+                            environment=environment,
+                            log=log,
+                            session=session,
+                            trainer_url=trainer_url,
+                            server=server,
+                            eta_log=eta_log,
+                        )
+                        if exit_code == 0 or exit_code in FAIL_JOB_EXIT_CODES:
+                            break
+                        if self.restarts >= self.local.spec.reliability.max_restarts:
+                            break
+                        self.restarts += 1
+                        self.console.print(
+                            f"torchrun exited {exit_code}: restart {self.restarts} of "
+                            f"{self.local.spec.reliability.max_restarts} (resumes from the "
+                            f"newest checkpoint)",
+                            highlight=False,
+                        )
+                final = self.revise(self.last_metrics, done=exit_code == 0)
+                self._emit(final, server, eta_log)
+        finally:
+            if eta_log is not None:
+                eta_log.close()
+            server.close()
+        seconds = time.time() - self.started
+        loss = None if self.last_metrics is None else self.last_metrics.loss
+        result = LocalResult(
+            exit_code=exit_code,
+            restarts=self.failures,
+            final_step=final.step,
+            total_steps=final.total_steps,
+            seconds=seconds,
+            final_loss=loss,
+            revisions=self.revisions,
+            log_path=self.log_path,
+        )
+        if options.report_dir is not None:
+            result.summary = summarize(
+                plan_name=self.local.name,
+                gpu_type=self.local.plan.gpu_type,
+                nproc=self.local.plan.gpus,
+                planned_duration_seconds=self.local.plan.duration_seconds,
+                planned_step_seconds=self.local.plan.step_seconds,
+                actual_seconds=seconds,
+                total_steps=final.total_steps,
+                final_step=final.step,
+                restarts=self.failures,
+                final_loss=loss,
+                exit_code=exit_code,
+                revisions=self.revisions,
+            )
+            write_summary(options.report_dir, result.summary)
+            write_plot(options.report_dir, self.revisions, seconds)
+        return result
+
+    def _emit(self, revision: Revision, server: MetricsServer, eta_log: IO[str] | None) -> None:
+        if eta_log is not None:
+            eta_log.write(revision.log_line() + "\n")
+            eta_log.flush()
+        if self.hooks.on_revision is not None:
+            self.hooks.on_revision(revision, server.url)
+
+    async def _attempt(
+        self,
+        command: tuple[str, ...],
+        *,
+        environment: dict[str, str],
+        log: IO[str],
+        session: aiohttp.ClientSession,
+        trainer_url: str,
+        server: MetricsServer,
+        eta_log: IO[str] | None,
+    ) -> int:
+        """One torchrun, supervised to its end; its exit code."""
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            env=environment,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            if self.hooks.on_attempt is not None:
+                self.hooks.on_attempt(process.pid)
+            waiter = asyncio.ensure_future(process.wait())
+            while not waiter.done():
+                await asyncio.wait({waiter}, timeout=self.options.scrape_interval)
+                try:
+                    metrics: TrainingMetrics | None = await scrape(session, trainer_url, 2.0)
+                except ScrapeError:
+                    metrics = None
+                if metrics is not None and metrics.step is not None:
+                    self.last_metrics = metrics
+                if waiter.done() and metrics is None:
+                    break  # the final revision is made by the caller
+                self._emit(self.revise(metrics), server, eta_log)
+            return await waiter
+        finally:
+            if process.returncode is None:
+                _kill_group(process.pid)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), _STOP_SECONDS)
+            else:
+                _kill_group(process.pid)  # stray workers of a killed agent
+
+
+def run_local(
+    local: LocalPlan,
+    options: LocalOptions,
+    hooks: Hooks | None = None,
+    console: Console | None = None,
+) -> LocalResult:
+    """Run `local` here to its end (see the module docstring); blocks."""
+    console = console or Console()
+    temporary: str | None = None
+    work = options.work_dir
+    if work is None and options.report_dir is not None:
+        work = options.report_dir / "work"
+    if work is None:
+        temporary = tempfile.mkdtemp(prefix=f"trainplan-{local.name}-")
+        work = Path(temporary)
+    work.mkdir(parents=True, exist_ok=True)
+    supervisor = _Supervisor(local, options, hooks or Hooks(), console, work)
+    result = asyncio.run(supervisor.run())
+    if temporary is not None and result.exit_code == 0:
+        shutil.rmtree(temporary, ignore_errors=True)
+        result.log_path = None
+    return result
