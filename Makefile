@@ -49,6 +49,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.planner_speed
 	$(BIN)/python -m benchmarks.accuracy
 	$(BIN)/python -m benchmarks.reporter_overhead
+	$(BIN)/python -m benchmarks.eta_accuracy
 
 # Refit the planner's efficiency constants to tests/data and store them.
 fit: setup

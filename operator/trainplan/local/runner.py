@@ -301,6 +301,12 @@ class _Supervisor:
                 eta_log.close()
             server.close()
         seconds = time.time() - self.started
+        # Training ends at its last step, before the final checkpoint and the metrics
+        # linger: that is the end the ETA predicts and is judged against.
+        trained = next(
+            (r.elapsed for r in self.revisions if r.total_steps and r.step >= r.total_steps),
+            seconds,
+        )
         loss = None if self.last_metrics is None else self.last_metrics.loss
         result = LocalResult(
             exit_code=exit_code,
@@ -319,7 +325,7 @@ class _Supervisor:
                 nproc=self.local.plan.gpus,
                 planned_duration_seconds=self.local.plan.duration_seconds,
                 planned_step_seconds=self.local.plan.step_seconds,
-                actual_seconds=seconds,
+                actual_seconds=trained,
                 total_steps=final.total_steps,
                 final_step=final.step,
                 restarts=self.failures,

@@ -1,0 +1,121 @@
+"""ETA accuracy of a real local run with a failure: `python -m benchmarks.eta_accuracy`.
+
+Runs the tiny plan locally (2 CPU processes, gloo) for `STEPS` steps with a checkpoint
+every `CHECKPOINT_INTERVAL` steps, kills one worker at about 30% of the steps (torchrun
+restarts the group, which resumes from the last checkpoint), and scores every ETA
+revision against the actual end of training (the first revision that sees the last
+step). Goals: the error of the predicted total duration at 25%, 50% and 75% of progress
+below 10%, 5% and 3%, and below naive extrapolation's (elapsed / progress) at each.
+Prints a table and exits 1 when a goal is missed.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import platform
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from tests.runtime.train_harness import worker_pids
+from trainplan.api import parse_training_plan_spec
+from trainplan.eta import naive_remaining_seconds
+from trainplan.local.launch import plan_locally
+from trainplan.local.report import Revision
+from trainplan.local.runner import Hooks, LocalOptions, run_local
+from trainplan.planner import load_catalog
+
+STEPS = 400
+CHECKPOINT_INTERVAL = 20
+KILL_AT = 0.30
+GOALS = {0.25: 0.10, 0.50: 0.05, 0.75: 0.03}
+EXAMPLE = Path(__file__).resolve().parent.parent / "deploy" / "examples" / "tiny-local.yaml"
+
+
+def _document() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    spec = document["spec"]
+    spec["data"] = {"samples": 16 * STEPS, "epochs": 1}
+    spec["reliability"] = {
+        "checkpointIntervalSteps": CHECKPOINT_INTERVAL,
+        "checkpointSeconds": 1,
+        "maxRestarts": 3,
+    }
+    document["metadata"] = {"name": "eta-accuracy"}
+    return document
+
+
+def score(revisions: list[Revision]) -> tuple[float, list[tuple[float, float, float, float]]]:
+    """The actual training time and, per goal progress, (progress seen, engine error,
+    naive error), errors relative to the actual duration."""
+    end = next(r.elapsed for r in revisions if r.total_steps and r.step >= r.total_steps)
+    rows = []
+    for goal in GOALS:
+        seen = next(r for r in revisions if r.total_steps and r.step / r.total_steps >= goal)
+        progress = seen.step / seen.total_steps
+        naive = naive_remaining_seconds(seen.elapsed, progress) or 0.0
+        engine_error = abs(seen.elapsed + seen.eta_seconds - end) / end
+        naive_error = abs(seen.elapsed + naive - end) / end
+        rows.append((goal, progress, engine_error, naive_error))
+    return end, rows
+
+
+def main() -> int:
+    catalog = load_catalog()
+    spec = parse_training_plan_spec(_document())
+    local = plan_locally("eta-accuracy", spec, 2, catalog)
+    agents: list[int] = []
+    killed: list[int] = []
+
+    def on_revision(revision: Revision, _: str) -> None:
+        if not killed and revision.total_steps and revision.step >= KILL_AT * revision.total_steps:
+            workers = worker_pids(agents[-1])
+            if 1 in workers:
+                os.kill(workers[1], signal.SIGKILL)
+                killed.append(revision.step)
+
+    with tempfile.TemporaryDirectory() as work:
+        result = run_local(
+            local,
+            LocalOptions(
+                work_dir=Path(work),
+                metrics_port=0,
+                metrics_address="127.0.0.1",
+                scrape_interval=1.0,
+                show=False,
+            ),
+            Hooks(on_attempt=agents.append, on_revision=on_revision),
+            Console(file=io.StringIO()),
+        )
+    if result.exit_code != 0 or not killed:
+        print(f"run failed: exit {result.exit_code}, killed at {killed}")
+        return 1
+    end, rows = score(result.revisions)
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    print(
+        f"{STEPS} steps, worker killed at step {killed[0]}, {result.restarts} restart(s),"
+        f" training took {end:.1f} s"
+    )
+    print("| progress | ETA error | naive error | goal |")
+    print("|---:|---:|---:|---:|")
+    status = 0
+    for goal, progress, engine, naive in rows:
+        print(
+            f"| {goal:.0%} (seen at {progress:.1%}) | {engine:.1%} | {naive:.1%} |"
+            f" < {GOALS[goal]:.0%} and < naive |"
+        )
+        if engine >= GOALS[goal] or engine >= naive:
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
