@@ -226,6 +226,13 @@ async def test_job_status_drives_the_phase(operator: OperatorProcess, cluster: C
     )
     done = await cluster.wait_for_phase(name, "Succeeded")
     assert done["status"]["completionTime"] == "2026-11-23T00:00:00Z"
+    await cluster.wait_for(
+        lambda: any(
+            e.get("reason") == "Succeeded" and e["involvedObject"]["name"] == name
+            for e in cluster.objects("v1/events").values()
+        ),
+        "a Succeeded event",
+    )
 
     failing = await cluster.apply_plan(_broken("failing", {}))
     failed_job = (await cluster.wait_for_phase(failing, "Launching"))["status"]["jobName"]

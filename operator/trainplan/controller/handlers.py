@@ -18,7 +18,7 @@ from trainplan.api import (
     VERSION,
     Phase,
 )
-from trainplan.cluster import KubernetesApiError, OwnershipConflictError
+from trainplan.cluster import KubernetesApiError, OwnershipConflictError, event_for
 from trainplan.controller.config import configure_kopf
 from trainplan.controller.context import ControllerContext, connection_from
 from trainplan.controller.metrics import snapshot_from_status
@@ -192,6 +192,18 @@ def build_registry(login: LoginFn | None = None) -> kopf.OperatorRegistry:
             context.metrics.record(
                 namespace, plan_name, snapshot_from_status({**current, **update})
             )
+            phase = update.get("phase")
+            if phase in (Phase.SUCCEEDED.value, Phase.FAILED.value):
+                state = child_state(body)
+                await api.create(
+                    event_for(
+                        parent,
+                        "Normal" if phase == Phase.SUCCEEDED.value else "Warning",
+                        phase,
+                        state.message,
+                        context.clock().isoformat(),
+                    )
+                )
 
     kopf.on.event("batch", "v1", "jobs", labels={PLAN_LABEL: kopf.PRESENT}, registry=registry)(
         child_changed
