@@ -286,3 +286,16 @@ def test_a_resume_nobody_reported_counts_as_a_failure() -> None:
         )
     assert (state.failures, state.inferred_failures) == (0, 1)
     assert len(state.restart_costs_seconds) == 1
+
+
+def test_a_grossly_wrong_plan_drops_out() -> None:
+    # Planned for an A100, measured on a CPU: 17 times slower.
+    facts = replace(FACTS, planned_step_seconds=1.0 / 17)
+    trace = simulate(lambda _: 1.0)
+    state = EtaState()
+    estimate = None
+    for observation in trace.observations[:20]:
+        estimate, state = revise(facts, state, observation)
+    assert estimate is not None
+    assert estimate.step_seconds == pytest.approx(1.0, rel=0.02)
+    assert estimate.measured_weight > 0.99

@@ -9,11 +9,13 @@ The measured step time is the ratio estimator sum(seconds) / sum(steps) over the
 recent intervals, so periodic checkpoint writes are averaged in; its uncertainty comes
 from the dispersion of the interval rates (median absolute deviation). It is blended
 with the planned step time by precision in log space, the plan's uncertainty being
-`PLAN_LOG_SD` (the planner's out-of-sample error, BENCHMARKS.md), so the plan decides at
-first and the measurements take over as they accumulate.
+`PLAN_LOG_SD` (the planner's out-of-sample error, BENCHMARKS.md) or, when the measurements
+contradict the plan by more, the squared log-ratio between them; so the plan decides at
+first, the measurements take over as they accumulate, and a grossly wrong plan drops out.
 
 Failures. Interruptions are a Poisson process whose rate has a Gamma prior with the
-plan's rate as mean and one planned run's duration as its weight (conjugate update:
+plan's rate (fleet data) as mean and, as its weight, one run's expected duration at the
+current step time, at least a day (conjugate update:
 rate = (alpha0 + failures) / (beta0 + exposure); Gelman et al., Bayesian Data Analysis,
 section 2.6). Each failure costs its measured time to regain the step reached before it
 (restart plus redone work), averaged with the plan's restart plus half a checkpoint
@@ -42,6 +44,8 @@ WARMUP_STEPS = 5
 """Steps left out at the start of every run segment (compilation, loading, autotuning)."""
 WINDOW_INTERVALS = 40
 """Recent intervals the measured step time is taken over."""
+PRIOR_MIN_EXPOSURE_SECONDS = 86400.0
+"""The failure-rate prior (fleet data) weighs at least one day of exposure."""
 Z90 = 1.2815515655446004
 """Standard normal quantile of 0.9."""
 
@@ -169,6 +173,10 @@ def blended_step_time(facts: PlanFacts, intervals: tuple[Interval, ...]) -> Step
     if measured is None:
         return StepTimeEstimate(facts.planned_step_seconds, plan_variance, None, 0.0)
     seconds, variance = measured
+    # A plan that the measurements contradict by more than its stated uncertainty is
+    # trusted only as far as its discrepancy allows (the prior's variance grows to the
+    # squared log-ratio), so a grossly wrong plan (another GPU, another machine) drops out.
+    plan_variance = max(plan_variance, math.log(seconds / facts.planned_step_seconds) ** 2)
     weight = plan_variance / (plan_variance + variance)
     log_blend = (1 - weight) * math.log(facts.planned_step_seconds) + weight * math.log(seconds)
     blend_variance = 1.0 / (1.0 / plan_variance + 1.0 / variance)
@@ -185,9 +193,14 @@ class FailureModel:
 
 
 def failure_model(facts: PlanFacts, state: EtaState, step_seconds: float) -> FailureModel:
-    """Gamma-Poisson posterior of the rate; failure cost blended with the plan's."""
+    """Gamma-Poisson posterior of the rate (prior weight: one run at `step_seconds`, at
+    least `PRIOR_MIN_EXPOSURE_SECONDS`); failure cost blended with the plan's."""
     prior_rate = facts.interruptions_per_gpu_hour * facts.gpus / 3600.0
-    beta0 = max(facts.planned_duration_seconds, 1.0)
+    beta0 = max(
+        facts.planned_duration_seconds,
+        facts.total_steps * step_seconds,
+        PRIOR_MIN_EXPOSURE_SECONDS,
+    )
     alpha0 = prior_rate * beta0
     beta = beta0 + state.exposure_seconds
     alpha = alpha0 + state.failures + state.inferred_failures
