@@ -588,3 +588,25 @@ def test_a_zero_pin_the_framework_cannot_run_names_those_that_can(catalog: Catal
     assert path == "parallelism.zeroStage"
     assert "megatron" in message
     assert "deepspeed" in message
+
+
+def test_reference_trainer_tensor_degrees_split_every_width(catalog: Catalog) -> None:
+    odd_vocab = {
+        **SMALL,
+        "model": {"preset": "llama2-7b", "vocabSize": 32001},
+        "objective": {"maxGPUs": 64},
+    }
+    result = plan(TrainingPlanSpec.model_validate(odd_vocab), catalog)
+    layouts = [result.layout, *(a.layout for a in result.alternatives)]
+    assert {layout.tensor for layout in layouts} == {1}
+    megatron = {**odd_vocab, "job": {"framework": "megatron"}}
+    padded = plan(TrainingPlanSpec.model_validate(megatron), catalog)
+    assert any(
+        layout.tensor > 1 for layout in [padded.layout, *(a.layout for a in padded.alternatives)]
+    )
+    pinned = {**odd_vocab, "parallelism": {"tensor": 2}, "objective": {"gpus": 8}}
+    with pytest.raises(PlanInputError) as raised:
+        plan(TrainingPlanSpec.model_validate(pinned), catalog)
+    ((path, message),) = raised.value.problems
+    assert path == "parallelism.tensor"
+    assert "vocabSize (32001)" in message

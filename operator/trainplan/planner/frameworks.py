@@ -5,12 +5,16 @@
 - torchtitan runs DDP (stage 0) and FSDP2: stage 3 with resharding, stages 1 and 2 as
   FSDP without resharding after forward (see `trainplan.launcher.frameworks`); stage 3
   is not combined with pipelining here.
-- The reference trainer runs ZeRO 0-3, stage 3 without pipelining.
+- The reference trainer runs ZeRO 0-3, stage 3 without pipelining; its tensor
+  parallelism splits the vocabulary, the MLP width and the key/value heads evenly (no
+  padding), so the tensor degree must divide each.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from trainplan.planner.shapes import ModelShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,15 +23,32 @@ class FrameworkLimits:
 
     zero_stages: tuple[int, ...]
     max_zero_stage_with_pipeline: int
+    tensor_splits_evenly: bool = False
+    """Tensor parallelism needs vocab, MLP width and kv heads divisible by its degree."""
 
     def allows(self, zero_stage: int, pipeline: int) -> bool:
         if zero_stage not in self.zero_stages:
             return False
         return pipeline == 1 or zero_stage <= self.max_zero_stage_with_pipeline
 
+    def tensor_problem(self, tensor: int, shape: ModelShape) -> str | None:
+        """Why this framework cannot split `shape` `tensor` ways, or None."""
+        if not self.tensor_splits_evenly or tensor == 1:
+            return None
+        uneven = [
+            f"{name} ({value})"
+            for name, value in (
+                ("vocabSize", shape.vocab_size),
+                ("ffnHiddenSize", shape.ffn_hidden_size),
+                ("kvHeads", shape.kv_heads),
+            )
+            if value % tensor
+        ]
+        return f"{tensor} does not divide {', '.join(uneven)}" if uneven else None
+
 
 FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
-    "reference": FrameworkLimits((0, 1, 2, 3), 2),
+    "reference": FrameworkLimits((0, 1, 2, 3), 2, tensor_splits_evenly=True),
     "megatron": FrameworkLimits((0, 1), 1),
     "deepspeed": FrameworkLimits((0, 1, 2, 3), 1),
     "torchtitan": FrameworkLimits((0, 1, 2, 3), 2),

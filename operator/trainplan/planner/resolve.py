@@ -117,6 +117,16 @@ def check_pins(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str
             )
     framework = spec.job.framework
     limits = FRAMEWORK_LIMITS[framework]
+    if par.tensor is not None and all(path != "parallelism.tensor" for path, _ in problems):
+        uneven = limits.tensor_problem(par.tensor, shape)
+        if uneven is not None:
+            problems.append(
+                (
+                    "parallelism.tensor",
+                    f"job.framework {framework} splits layers evenly across tensor ranks: "
+                    f"{uneven}; megatron, torchtitan and deepspeed pad instead",
+                )
+            )
     if par.zero_stage is not None and not limits.allows(par.zero_stage, par.pipeline or 1):
         stages = ", ".join(
             str(z) for z in limits.zero_stages if limits.allows(z, par.pipeline or 1)
