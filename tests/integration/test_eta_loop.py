@@ -109,6 +109,10 @@ async def test_eta_follows_metrics_failures_and_scrape_errors(
         lambda: _status(cluster, name).get("progress", {}).get("step") == 150, "step 150"
     )
     assert _status(cluster, name)["failures"]["count"] == 1  # seen again, counted once
+    await cluster.wait_for(
+        lambda: _status(cluster, name)["failures"].get("lostSeconds", 0) > 0,
+        "the failure's measured cost",
+    )
 
     # Scraping fails: the condition says why, the estimate stays.
     pod.healthy = False

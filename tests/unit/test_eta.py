@@ -180,6 +180,7 @@ def test_failure_cost_is_measured_from_the_run() -> None:
     assert len(state.restart_costs_seconds) == 1
     # 60 s restart plus the 20 steps redone since the checkpoint at 100, at 1 s each.
     assert state.restart_costs_seconds[0] == pytest.approx(80.0, abs=10.0)
+    assert estimate.lost_seconds == state.restart_costs_seconds[0]
     assert state.failures == 1
 
 

@@ -59,7 +59,7 @@ def progress_update(
         progress["lastStepTime"] = _iso(last_step_time)
     failures: dict[str, Any] = {
         "count": ledger.count + estimate.inferred_failures,
-        "lostSeconds": float((current.get("failures") or {}).get("lostSeconds", 0.0)),
+        "lostSeconds": estimate.lost_seconds,
     }
     if ledger.last is not None:
         failures["lastReason"] = ledger.last.reason

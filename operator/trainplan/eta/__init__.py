@@ -3,7 +3,6 @@ failure-aware completion estimate with a 10th-90th percentile range out."""
 
 from trainplan.eta.engine import (
     StallPolicy,
-    completion_time,
     naive_remaining_seconds,
     revise,
 )
@@ -16,7 +15,6 @@ __all__ = [
     "Observation",
     "PlanFacts",
     "StallPolicy",
-    "completion_time",
     "naive_remaining_seconds",
     "plan_facts",
     "revise",

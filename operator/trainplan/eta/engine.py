@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from trainplan.eta.model import Estimate, EtaState, Interval, Observation, PlanFacts
 
@@ -125,6 +125,7 @@ def _observe(state: EtaState, observation: Observation) -> EtaState:
             progressed,
             failure_started_at=None,
             restart_costs_seconds=(*state.restart_costs_seconds, cost)[-WINDOW_INTERVALS:],
+            lost_seconds=state.lost_seconds + cost,
             segment_intervals=0,
         )
     segment = progressed.segment_intervals + 1
@@ -294,14 +295,10 @@ def revise(
         deadline_at_risk=deadline_at_risk,
         metrics_available=observation.step is not None,
         inferred_failures=state.inferred_failures,
+        lost_seconds=state.lost_seconds,
         notes=tuple(notes),
     )
     return estimate, state
-
-
-def completion_time(estimate: Estimate, seconds: float) -> datetime:
-    """The wall-clock time `seconds` after the estimate."""
-    return estimate.time + timedelta(seconds=seconds)
 
 
 def naive_remaining_seconds(elapsed_seconds: float, progress_ratio: float) -> float | None:

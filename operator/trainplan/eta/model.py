@@ -78,6 +78,8 @@ class EtaState:
     failure_started_at: float | None = None
     """When the latest failure was seen, until steps move again (its restart cost)."""
     restart_costs_seconds: tuple[float, ...] = ()
+    lost_seconds: float = 0.0
+    """Measured cost of every failure so far (restart plus redone work)."""
     exposure_seconds: float = 0.0
     """Run time over which failures could happen (since start)."""
 
@@ -113,4 +115,6 @@ class Estimate:
     metrics_available: bool
     inferred_failures: int = 0
     """Resumes seen in the metrics that no reported failure explained."""
+    lost_seconds: float = 0.0
+    """Wall-clock seconds the failures so far cost (restart plus redone work)."""
     notes: tuple[str, ...] = field(default=())
