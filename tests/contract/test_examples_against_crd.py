@@ -22,6 +22,7 @@ from trainplan.api import (
     GPUBudget,
     GPUBudgetStatus,
     GPUHours,
+    GPUUsage,
     Phase,
     Progress,
     TrainingPlan,
@@ -284,6 +285,13 @@ def full_status() -> TrainingPlanStatus:
             count=2, last_reason="NodeLost", last_time=NOW + timedelta(hours=2), lost_seconds=900.5
         ),
         gpu_hours=GPUHours(used=6144.0, projected=chosen.gpu_hours),
+        gpu_usage=GPUUsage(
+            reporting_gpus=chosen.gpus,
+            utilization_ratio=0.91,
+            memory_used_bytes=71.5e9,
+            memory_total_bytes=80e9,
+            power_watts=chosen.gpus * 390.0,
+        ),
         last_updated_time=NOW + timedelta(hours=3, seconds=15),
     )
 

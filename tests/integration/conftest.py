@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import kmock
+import pytest
 import pytest_asyncio
 from aiohttp import web
 
@@ -15,9 +17,16 @@ from tests.integration.harness import (
     Cluster,
     OperatorProcess,
     TrainingPod,
+    VersionedEmulator,
 )
 from trainplan.controller import OperatorConfig
 from trainplan.planner import Catalog
+
+
+@pytest.fixture
+def kmock_options() -> dict[str, Any]:
+    """kmock's emulator with the API server's resource versions."""
+    return {"cls": VersionedEmulator}
 
 
 @pytest_asyncio.fixture()

@@ -3,7 +3,8 @@ Kubernetes emulator.
 
 kmock stores objects and serves watches but validates nothing, assigns no uid,
 generation or creation time, and runs no controllers: `Cluster` writes those the way the
-API server, the Job controller and the kubelet would.
+API server, the Job controller and the kubelet would. `VersionedEmulator` adds the API
+server's resource versions, which Kopf's finalizer patches rely on.
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ import asyncio
 import copy
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+import attrs
 import kmock
 import kopf
 from aiohttp import web
+from kmock._internal.k8s import KubernetesError
 
 from trainplan.controller import ControllerContext, OperatorConfig, run_operator
 from trainplan.planner import Catalog
@@ -61,6 +64,56 @@ CLUSTER_RESOURCES: dict[str, dict[str, Any]] = {
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 
 
+@attrs.frozen
+class ResourceVersionConflictError(KubernetesError):
+    """What the API server answers a JSON patch whose `test` op fails."""
+
+    status: int = 422
+    reason: str = "Invalid"
+    message: str = "the resourceVersion test of the JSON patch failed: the object changed"
+
+
+@attrs.define(kw_only=True)
+class VersionedEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator with resource versions, as the API server keeps them: every
+    create and patch stores a new `metadata.resourceVersion`, and a JSON patch that
+    tests an older version is refused with 422. Kopf adds and removes finalizers with
+    such patches; without versions a patch computed from a stale event would apply."""
+
+    _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+
+    def _stored_version(self, request: Any) -> str | None:
+        key = (request.resource, request.namespace, request.name)
+        if key not in self._objects or self._objects[key].deleted:
+            return None
+        stored = self._objects[key]
+        version = stored.raw.get("metadata", {}).get("resourceVersion")
+        return None if version is None else str(version)
+
+    async def _handle(self, request: Any) -> web.StreamResponse:
+        writes = (kmock.action.CREATE, kmock.action.UPDATE)
+        if request.resource is not None and request.action in writes:
+            version = str(next(self._versions))
+            data = request.data
+            if isinstance(data, list):  # a JSON patch
+                tested = [
+                    str(op.get("value"))
+                    for op in data
+                    if op.get("op") == "test" and op.get("path") == "/metadata/resourceVersion"
+                ]
+                if tested and tested[0] != self._stored_version(request):
+                    raise ResourceVersionConflictError()
+                data = [*data, {"op": "add", "path": "/metadata/resourceVersion", "value": version}]
+            elif isinstance(data, dict):
+                data = {
+                    **data,
+                    "metadata": {**data.get("metadata", {}), "resourceVersion": version},
+                }
+            object.__setattr__(request, "data", data)  # the frozen request, amended in place
+        response: web.StreamResponse = await super()._handle(request)
+        return response
+
+
 class Cluster:
     """A thin kubectl: writes objects as the API server would store them."""
 
@@ -88,9 +141,6 @@ class Cluster:
         meta.setdefault("namespace", namespace)
         meta["uid"] = f"uid-{next(self._uids):04d}"
         meta["generation"] = 1
-        # kmock does not version objects; Kopf guards some patches with a test of the
-        # resourceVersion it saw, so every object needs one (it stays "1" here).
-        meta["resourceVersion"] = "1"
         meta["creationTimestamp"] = datetime.now(tz=UTC).isoformat()
         status, answer = await self._call(
             "POST", f"/apis/trainplan.dev/v1alpha1/namespaces/{namespace}/trainingplans", body
@@ -243,6 +293,8 @@ class TrainingPod:
         self.step = 0
         self.healthy = True
         self.port = 0
+        self.gpu_utilization_ratio: float | None = None
+        """Set to serve one GPU's series too."""
 
     async def metrics(self, _: web.Request) -> web.Response:
         if not self.healthy:
@@ -252,6 +304,18 @@ class TrainingPod:
                 "# TYPE trainplan_train_step gauge\n"
                 f"trainplan_train_step {self.step}\n"
                 "# TYPE trainplan_train_tokens gauge\n"
-                f"trainplan_train_tokens {self.step * 1000}\n"
+                f"trainplan_train_tokens {self.step * 1000}\n" + self._gpu_series()
             )
+        )
+
+    def _gpu_series(self) -> str:
+        if self.gpu_utilization_ratio is None:
+            return ""
+        return (
+            "# TYPE trainplan_gpu_utilization_ratio gauge\n"
+            f'trainplan_gpu_utilization_ratio{{gpu="0"}} {self.gpu_utilization_ratio}\n'
+            "# TYPE trainplan_gpu_memory_used_bytes gauge\n"
+            'trainplan_gpu_memory_used_bytes{gpu="0"} 4e10\n'
+            "# TYPE trainplan_gpu_memory_total_bytes gauge\n"
+            'trainplan_gpu_memory_total_bytes{gpu="0"} 8e10\n'
         )

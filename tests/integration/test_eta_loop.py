@@ -4,6 +4,7 @@ the operator metrics follow; a failing scrape degrades to MetricsAvailable=False
 
 from __future__ import annotations
 
+import copy
 import urllib.request
 from typing import Any
 
@@ -62,6 +63,14 @@ async def test_eta_follows_metrics_failures_and_scrape_errors(
     }
     code, _ = await cluster._call("POST", "/api/v1/namespaces/default/pods", pod_body)
     assert code in (200, 201)
+    # The second node's pod: the operator scrapes it for its GPUs only (both pods are
+    # served by the test's one endpoint, each reporting one GPU).
+    second_node = copy.deepcopy(pod_body)
+    second_node["metadata"].update(name=f"{job}-1-fghij", uid="pod-2")
+    second_node["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = "1"
+    code, _ = await cluster._call("POST", "/api/v1/namespaces/default/pods", second_node)
+    assert code in (200, 201)
+    pod.gpu_utilization_ratio = 0.75
     await cluster.write_job_status(job, {"active": 1, "startTime": "2026-11-22T00:00:00Z"})
     await cluster.wait_for_phase(name, "Running")
 
@@ -80,6 +89,12 @@ async def test_eta_follows_metrics_failures_and_scrape_errors(
     assert status["estimatedCompletionTime"] <= status["estimatedCompletionRange"]["latest"]
     assert status["gpuHours"]["projected"] >= status["gpuHours"]["used"]
     assert _condition(cluster, name, "MetricsAvailable")["status"] == "True"
+    assert status["gpuUsage"] == {
+        "reportingGPUs": 2,
+        "utilizationRatio": 0.75,
+        "memoryUsedBytes": 4e10,
+        "memoryTotalBytes": 8e10,
+    }
 
     # The trainer's container restarts once (OOM): counted once, an Event says so.
     pod_body["status"]["containerStatuses"] = [

@@ -38,6 +38,11 @@ async def _prometheus(request: web.Request) -> web.Response:
     result = [
         {"metric": {}, "value": [0, value]} for name, value in values.items() if name in query
     ]
+    if query.startswith("trainplan_gpu_utilization_ratio{"):  # one GPU on each of two pods
+        result = [
+            {"metric": {"pod": pod, "gpu": "0"}, "value": [0, ratio]}
+            for pod, ratio in (("job-0-a", "0.5"), ("job-1-b", "0.7"))
+        ]
     return web.json_response(
         {"status": "success", "data": {"resultType": "vector", "result": result}}
     )
@@ -82,3 +87,7 @@ async def test_query_prometheus(server: str) -> None:
     async with aiohttp.ClientSession() as session:
         metrics = await query_prometheus(session, server, 'namespace="a",plan="b"')
     assert (metrics.step, metrics.total_steps, metrics.tokens) == (42, 100, None)
+    assert [(g.gpu, g.utilization_ratio) for g in metrics.gpus] == [
+        ("job-0-a/0", 0.5),
+        ("job-1-b/0", 0.7),
+    ]

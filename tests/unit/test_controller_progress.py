@@ -11,7 +11,7 @@ from tests.contract.crd_schema import committed_crd, validator_for
 from trainplan.controller.metrics import OperatorMetrics, snapshot_from_status
 from trainplan.controller.progress import progress_update
 from trainplan.eta import EtaState, Observation, PlanFacts, revise
-from trainplan.monitor import Failure, FailureLedger
+from trainplan.monitor import Failure, FailureLedger, GpuUsage
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=UTC)
 FACTS = PlanFacts(
@@ -80,10 +80,33 @@ def test_status_patch_has_every_design_field_and_validates() -> None:
     assert status["failures"]["count"] == 1
     types = {c["type"]: c["status"] for c in status["conditions"]}
     assert types == {"MetricsAvailable": "True", "DeadlineAtRisk": "True", "Stalled": "False"}
+    assert "gpuUsage" not in status  # no GPU reported
     validator = validator_for(committed_crd("trainingplans"), "status")
     assert list(validator.iter_errors(status)) == []
     reasons = [event[1] for event in update.events]
     assert reasons == ["DeadlineAtRisk", "Restarted"]
+
+
+def test_gpu_usage_is_reported_when_gpus_report() -> None:
+    update = progress_update(
+        _estimate(40),
+        FailureLedger(),
+        {},
+        tokens=None,
+        last_step_time=None,
+        metrics_error=None,
+        gpus=GpuUsage(8, 0.93, 61e9, 80e9, None),
+        generation=1,
+        now=NOW,
+    )
+    assert update.status["gpuUsage"] == {
+        "reportingGPUs": 8,
+        "utilizationRatio": 0.93,
+        "memoryUsedBytes": 61e9,
+        "memoryTotalBytes": 80e9,
+    }
+    validator = validator_for(committed_crd("trainingplans"), "status")
+    assert list(validator.iter_errors(update.status)) == []
 
 
 def test_events_only_on_transitions_and_scrape_failures_are_reported() -> None:

@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 
-from trainplan.monitor import FailureLedger, observe_failures, parse_metrics, pod_failures
+from trainplan.monitor import (
+    FailureLedger,
+    GpuMetrics,
+    observe_failures,
+    on_node,
+    parse_metrics,
+    pod_failures,
+    summarize_gpus,
+)
 
 
 def _exposition() -> str:
@@ -50,6 +58,22 @@ def test_a_node_without_training_series() -> None:
     metrics = parse_metrics("# HELP x y\n# TYPE x gauge\nx 1\n")
     assert not metrics.has_training_series
     assert metrics.gpus == ()
+
+
+def test_gpus_of_every_node_are_summarized() -> None:
+    node_0 = on_node(parse_metrics(_exposition()).gpus, "node-0")
+    node_1 = on_node(
+        (GpuMetrics("0", 0.4, 70e9, 80e9, 300.0), GpuMetrics("1", None, 20e9, 80e9, None)),
+        "node-1",
+    )
+    assert [g.gpu for g in (*node_0, *node_1)] == ["node-0/0", "node-0/1", "node-1/0", "node-1/1"]
+    usage = summarize_gpus((*node_0, *node_1))
+    assert usage is not None
+    assert usage.reporting_gpus == 4
+    assert usage.utilization_ratio == pytest.approx((0.9 + 0.8 + 0.4) / 3)
+    assert (usage.memory_used_bytes, usage.memory_total_bytes) == (70e9, 80e9)
+    assert usage.power_watts == pytest.approx(650.0)
+    assert summarize_gpus(()) is None
 
 
 def test_garbage_is_a_value_error() -> None:

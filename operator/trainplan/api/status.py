@@ -100,6 +100,22 @@ class GPUHours(ApiModel):
     projected: float | None = Field(None, ge=0, description="GPU-hours projected at completion.")
 
 
+class GPUUsage(ApiModel):
+    """The GPUs as their nodes report them (NVML, local rank 0 of every node)."""
+
+    reporting_gpus: int = Field(0, ge=0, alias="reportingGPUs", description="GPUs reporting.")
+    utilization_ratio: float | None = Field(
+        None, ge=0, le=1, description="Mean utilisation over the reporting GPUs (0..1)."
+    )
+    memory_used_bytes: float | None = Field(
+        None, ge=0, description="Memory used on the fullest GPU, in bytes."
+    )
+    memory_total_bytes: float | None = Field(
+        None, ge=0, description="Memory of that GPU, in bytes."
+    )
+    power_watts: float | None = Field(None, ge=0, description="Power of all reporting GPUs.")
+
+
 class TrainingPlanStatus(ApiModel):
     """The status the operator writes on a TrainingPlan."""
 
@@ -131,6 +147,7 @@ class TrainingPlanStatus(ApiModel):
     )
     failures: FailureSummary | None = Field(None, description="Interruptions so far.")
     gpu_hours: GPUHours | None = Field(None, description="GPU-hours used and projected.")
+    gpu_usage: GPUUsage | None = Field(None, description="The GPUs' utilisation, memory and power.")
     last_updated_time: AwareDatetime | None = Field(
         None, description="When this status was last revised."
     )

@@ -29,6 +29,8 @@ class OperatorConfig:
     """How often each running plan's ETA is revised."""
     scrape_timeout_seconds: float = 5.0
     """One scrape of a training pod's metrics."""
+    scrape_concurrency: int = 16
+    """How many of one plan's pods are scraped at once."""
     prometheus_url: str | None = None
     """Read training metrics from this Prometheus server instead of scraping pods."""
     stall_policy: StallPolicy = field(default_factory=StallPolicy)

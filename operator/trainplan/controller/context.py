@@ -3,8 +3,6 @@ settings and the API client (created at login). Held in Kopf's operator memo."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,8 +13,8 @@ import kopf
 
 from trainplan.cluster import Connection, KubernetesApi
 from trainplan.controller.config import OperatorConfig
-from trainplan.controller.eta_loop import EtaLoop
 from trainplan.controller.metrics import OperatorMetrics, serve_metrics
+from trainplan.controller.revision import EtaRevisions
 from trainplan.planner import Catalog
 
 
@@ -54,17 +52,13 @@ class ControllerContext:
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     metrics_port: int | None = None
     """The port the operator metrics are served on, once started."""
+    revisions: EtaRevisions = field(init=False, repr=False)
+    """The running plans' ETA trackers (made with the context, from `config`)."""
     _api: KubernetesApi | None = field(default=None, repr=False)
     _metrics_server: Any = field(default=None, repr=False)
-    _eta_task: asyncio.Task[None] | None = field(default=None, repr=False)
 
-    def start_eta_loop(self) -> None:
-        """Start revising running plans' ETAs in the background (once, after login)."""
-        if self._eta_task is None or self._eta_task.done():
-            loop = EtaLoop(config=self.config, metrics=self.metrics)
-            self._eta_task = asyncio.get_running_loop().create_task(
-                loop.run(self.api, self.clock), name="trainplan-eta"
-            )
+    def __post_init__(self) -> None:
+        self.revisions = EtaRevisions(config=self.config)
 
     def serve_metrics(self) -> int | None:
         """Start the operator metrics server (once); returns its port."""
@@ -92,11 +86,7 @@ class ControllerContext:
         self.connection = connection
 
     async def close(self) -> None:
-        if self._eta_task is not None:
-            self._eta_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._eta_task
-            self._eta_task = None
+        await self.revisions.close()
         if self._api is not None:
             await self._api.close()
             self._api = None

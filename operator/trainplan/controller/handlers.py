@@ -19,7 +19,7 @@ from trainplan.api import (
     Phase,
 )
 from trainplan.cluster import KubernetesApiError, OwnershipConflictError, event_for
-from trainplan.controller.config import configure_kopf
+from trainplan.controller.config import OperatorConfig, configure_kopf
 from trainplan.controller.context import ControllerContext, connection_from
 from trainplan.controller.metrics import snapshot_from_status
 from trainplan.controller.reconcile import (
@@ -30,6 +30,7 @@ from trainplan.controller.reconcile import (
     decide_launch,
     reject,
 )
+from trainplan.controller.revision import ACTIVE_PHASES
 
 LoginFn = Callable[..., Awaitable[kopf.ConnectionInfo | None] | kopf.ConnectionInfo | None]
 _PLANS = (GROUP, VERSION, TRAINING_PLAN_PLURAL)
@@ -43,10 +44,6 @@ def _context(memo: Any) -> ControllerContext:
 async def _default_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """In a pod: the service account; elsewhere: the kubeconfig (Kopf's own logins)."""
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-
-
-ACTIVE_PHASES = frozenset({Phase.LAUNCHING.value, Phase.RUNNING.value, Phase.RESTARTING.value})
-"""Phases whose ETA the timer revises."""
 
 
 def _active(status: kopf.Status, **_: Any) -> bool:
@@ -70,10 +67,13 @@ def _merged(current: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, 
     return merged
 
 
-def build_registry(login: LoginFn | None = None) -> kopf.OperatorRegistry:
+def build_registry(
+    login: LoginFn | None = None, config: OperatorConfig | None = None
+) -> kopf.OperatorRegistry:
     """A registry with every trainplan handler; `login` replaces the default login (tests
-    point it at an emulated API server)."""
+    point it at an emulated API server); `config` gives the ETA timer's interval."""
     registry = kopf.OperatorRegistry()
+    eta_interval_seconds = (config or OperatorConfig()).eta_interval_seconds
     chosen_login: LoginFn = login or _default_login
 
     @kopf.on.startup(registry=registry)
@@ -94,7 +94,6 @@ def build_registry(login: LoginFn | None = None) -> kopf.OperatorRegistry:
         if info is not None:
             context = _context(memo)
             await context.login(connection_from(info, context.config.request_timeout_seconds))
-            context.start_eta_loop()
         return info
 
     @kopf.on.cleanup(registry=registry)
@@ -161,6 +160,30 @@ def build_registry(login: LoginFn | None = None) -> kopf.OperatorRegistry:
             kopf.warn(body, reason="SpecChangedAfterLaunch", message=conditions[-1]["message"])
         patch.status["observedGeneration"] = generation
         patch.status["lastUpdatedTime"] = now.isoformat()
+
+    @kopf.timer(*_PLANS, id="eta", interval=eta_interval_seconds, when=_active, registry=registry)
+    async def revise_eta(*, body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
+        """Revise a running plan's ETA from its Job, Pods and metrics: one status patch,
+        an Event for each transition."""
+        context = _context(memo)
+        now = context.clock()
+        api = context.api()
+        try:
+            update = await context.revisions.revise(body, api, now)
+            for event_type, reason, message in update.events:
+                await api.create(event_for(body, event_type, reason, message, now.isoformat()))
+        except KubernetesApiError as error:
+            raise kopf.TemporaryError(f"revising the ETA: {error}", delay=10) from error
+        patch.status.update(update.status)
+        _record(context, body, _merged(body.get("status", {}) or {}, update.status))
+
+    @kopf.on.delete(*_PLANS, optional=True, registry=registry)
+    def forget(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+        """A deleted plan's ETA tracker and metrics go with it."""
+        context = _context(memo)
+        namespace, name = body.meta.namespace or "default", body.meta.name or ""
+        context.revisions.forget(namespace, name)
+        context.metrics.forget(namespace, name)
 
     async def child_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
         """A training Job or JobSet changed: carry its state to the plan's status."""

@@ -12,7 +12,7 @@ from typing import Any
 from trainplan.api import ConditionType, format_duration
 from trainplan.controller.conditions import make_condition, merge_conditions
 from trainplan.eta import Estimate
-from trainplan.monitor import FailureLedger
+from trainplan.monitor import FailureLedger, GpuUsage
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,18 @@ def _was_true(current: Mapping[str, Any], condition_type: str) -> bool:
     return False
 
 
+def gpu_usage_status(gpus: GpuUsage) -> dict[str, Any]:
+    """`status.gpuUsage`: the fields that are known."""
+    fields = {
+        "reportingGPUs": gpus.reporting_gpus,
+        "utilizationRatio": gpus.utilization_ratio,
+        "memoryUsedBytes": gpus.memory_used_bytes,
+        "memoryTotalBytes": gpus.memory_total_bytes,
+        "powerWatts": gpus.power_watts,
+    }
+    return {key: value for key, value in fields.items() if value is not None}
+
+
 def progress_update(
     estimate: Estimate,
     ledger: FailureLedger,
@@ -43,6 +55,7 @@ def progress_update(
     tokens: int | None,
     last_step_time: datetime | None,
     metrics_error: str | None,
+    gpus: GpuUsage | None = None,
     generation: int | None,
     now: datetime,
 ) -> ProgressUpdate:
@@ -113,6 +126,8 @@ def progress_update(
         "conditions": merge_conditions(current.get("conditions"), updates),
         "lastUpdatedTime": _iso(now),
     }
+    if gpus is not None:
+        status["gpuUsage"] = gpu_usage_status(gpus)
     events: list[tuple[str, str, str]] = []
     if estimate.deadline_at_risk and not _was_true(current, ConditionType.DEADLINE_AT_RISK):
         events.append(("Warning", "DeadlineAtRisk", updates[1]["message"]))

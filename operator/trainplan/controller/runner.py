@@ -25,7 +25,7 @@ async def run_operator(
     given, standalone (no peering), with an optional liveness endpoint such as
     `http://0.0.0.0:8081/healthz`."""
     await kopf.operator(
-        registry=build_registry(login),
+        registry=build_registry(login, context.config),
         memo=kopf.Memo(context=context),
         clusterwide=not namespaces,
         namespaces=list(namespaces),

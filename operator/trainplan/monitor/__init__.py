@@ -3,18 +3,28 @@ its failures (Job and Pod status, each counted once). Parsing is pure; `scrape` 
 network I/O. Reads Pods and Jobs as dicts handed in; talks to no Kubernetes API itself."""
 
 from trainplan.monitor.failures import Failure, FailureLedger, observe_failures, pod_failures
-from trainplan.monitor.metrics import GpuMetrics, TrainingMetrics, parse_metrics
+from trainplan.monitor.metrics import (
+    GpuMetrics,
+    GpuUsage,
+    TrainingMetrics,
+    on_node,
+    parse_metrics,
+    summarize_gpus,
+)
 from trainplan.monitor.scrape import ScrapeError, query_prometheus, scrape
 
 __all__ = [
     "Failure",
     "FailureLedger",
     "GpuMetrics",
+    "GpuUsage",
     "ScrapeError",
     "TrainingMetrics",
     "observe_failures",
+    "on_node",
     "parse_metrics",
     "pod_failures",
     "query_prometheus",
     "scrape",
+    "summarize_gpus",
 ]

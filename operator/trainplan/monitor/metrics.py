@@ -4,7 +4,8 @@ pod serves, with prometheus-client's parser (pure)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -33,6 +34,42 @@ class GpuMetrics:
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
     power_watts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUsage:
+    """A summary of many GPUs' series: how many report, their mean utilisation, the
+    fullest GPU's memory and the power of all."""
+
+    reporting_gpus: int
+    utilization_ratio: float | None
+    memory_used_bytes: float | None
+    memory_total_bytes: float | None
+    power_watts: float | None
+
+
+def summarize_gpus(gpus: Sequence[GpuMetrics]) -> GpuUsage | None:
+    """The summary of every node's GPUs; None when no GPU reports."""
+    if not gpus:
+        return None
+    utilizations = [g.utilization_ratio for g in gpus if g.utilization_ratio is not None]
+    with_memory = [g for g in gpus if g.memory_used_bytes is not None]
+    fullest = max(with_memory, key=lambda g: g.memory_used_bytes or 0.0, default=None)
+    powers = [g.power_watts for g in gpus if g.power_watts is not None]
+    return GpuUsage(
+        reporting_gpus=len(gpus),
+        utilization_ratio=(
+            min(1.0, max(0.0, sum(utilizations) / len(utilizations))) if utilizations else None
+        ),
+        memory_used_bytes=None if fullest is None else fullest.memory_used_bytes,
+        memory_total_bytes=None if fullest is None else fullest.memory_total_bytes,
+        power_watts=sum(powers) if powers else None,
+    )
+
+
+def on_node(gpus: Sequence[GpuMetrics], node: str) -> tuple[GpuMetrics, ...]:
+    """The GPUs of one node named `<node>/<gpu>`, so indices of several nodes stay apart."""
+    return tuple(replace(gpu, gpu=f"{node}/{gpu.gpu}") for gpu in gpus)
 
 
 @dataclass(frozen=True, slots=True)

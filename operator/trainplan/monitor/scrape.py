@@ -3,10 +3,17 @@ Prometheus server's HTTP API. Does network I/O (aiohttp)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import aiohttp
 
-from trainplan.monitor.metrics import TrainingMetrics, parse_metrics
+from trainplan.monitor.metrics import GpuMetrics, TrainingMetrics, parse_metrics
 from trainplan.runtime.schema import (
+    GPU_LABEL,
+    GPU_MEMORY_TOTAL_BYTES,
+    GPU_MEMORY_USED_BYTES,
+    GPU_POWER_WATTS,
+    GPU_UTILIZATION_RATIO,
     TRAIN_CHECKPOINT_STEP,
     TRAIN_LAST_STEP_TIMESTAMP_SECONDS,
     TRAIN_LOSS,
@@ -39,6 +46,31 @@ async def scrape(
         raise ScrapeError(f"{url} did not serve the Prometheus text format: {error}") from error
 
 
+async def _query(
+    session: aiohttp.ClientSession, prometheus_url: str, query: str, timeout_seconds: float
+) -> list[dict[str, Any]]:
+    """The result vector of one instant PromQL query."""
+    url = prometheus_url.rstrip("/") + "/api/v1/query"
+    timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+    try:
+        async with session.get(url, params={"query": query}, timeout=timeout) as response:
+            payload = await response.json(content_type=None)
+    except (TimeoutError, aiohttp.ClientError, ValueError) as error:
+        raise ScrapeError(f"cannot query Prometheus at {prometheus_url}: {error}") from error
+    if not isinstance(payload, dict) or payload.get("status") != "success":
+        raise ScrapeError(f"Prometheus refused {query}: {payload}")
+    result: list[dict[str, Any]] = payload.get("data", {}).get("result", [])
+    return result
+
+
+_GPU_FIELDS = {
+    GPU_UTILIZATION_RATIO.name: "utilization_ratio",
+    GPU_MEMORY_USED_BYTES.name: "memory_used_bytes",
+    GPU_MEMORY_TOTAL_BYTES.name: "memory_total_bytes",
+    GPU_POWER_WATTS.name: "power_watts",
+}
+
+
 async def query_prometheus(
     session: aiohttp.ClientSession,
     prometheus_url: str,
@@ -46,7 +78,8 @@ async def query_prometheus(
     timeout_seconds: float = 5.0,
 ) -> TrainingMetrics:
     """The training series through a Prometheus server: `max(<metric>{<selector>})` for
-    each, e.g. selector `namespace="team-a",plan="llama"`."""
+    each, e.g. selector `namespace="team-a",plan="llama"`; and every node's GPU series,
+    each GPU named `<pod or instance>/<gpu>`."""
     values: dict[str, float | None] = {}
     names = (
         TRAIN_STEP.name,
@@ -56,19 +89,20 @@ async def query_prometheus(
         TRAIN_LAST_STEP_TIMESTAMP_SECONDS.name,
         TRAIN_CHECKPOINT_STEP.name,
     )
-    url = prometheus_url.rstrip("/") + "/api/v1/query"
-    timeout = aiohttp.ClientTimeout(total=timeout_seconds)
     for name in names:
-        query = f"max({name}{{{selector}}})"
-        try:
-            async with session.get(url, params={"query": query}, timeout=timeout) as response:
-                payload = await response.json(content_type=None)
-        except (TimeoutError, aiohttp.ClientError, ValueError) as error:
-            raise ScrapeError(f"cannot query Prometheus at {prometheus_url}: {error}") from error
-        if not isinstance(payload, dict) or payload.get("status") != "success":
-            raise ScrapeError(f"Prometheus refused {query}: {payload}")
-        result = payload.get("data", {}).get("result", [])
+        result = await _query(
+            session, prometheus_url, f"max({name}{{{selector}}})", timeout_seconds
+        )
         values[name] = float(result[0]["value"][1]) if result else None
+    gpus: dict[str, dict[str, float]] = {}
+    for name, gpu_field in _GPU_FIELDS.items():
+        for series in await _query(
+            session, prometheus_url, f"{name}{{{selector}}}", timeout_seconds
+        ):
+            labels = series.get("metric", {})
+            node = labels.get("pod") or labels.get("instance", "")
+            gpu = f"{node}/{labels.get(GPU_LABEL, '')}"
+            gpus.setdefault(gpu, {})[gpu_field] = float(series["value"][1])
 
     def as_int(name: str) -> int | None:
         value = values.get(name)
@@ -81,4 +115,5 @@ async def query_prometheus(
         loss=values.get(TRAIN_LOSS.name),
         last_step_timestamp_seconds=values.get(TRAIN_LAST_STEP_TIMESTAMP_SECONDS.name),
         checkpoint_step=as_int(TRAIN_CHECKPOINT_STEP.name),
+        gpus=tuple(GpuMetrics(gpu=gpu, **fields) for gpu, fields in sorted(gpus.items())),
     )

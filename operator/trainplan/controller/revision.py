@@ -1,10 +1,7 @@
-"""The ETA revision loop: every `eta_interval_seconds`, each running plan's Job, Pods and
-metrics are read, folded into its tracker, and its status is patched once (a merge
-patch of the status subresource) with Events on transitions.
+"""One ETA revision of one running plan: its Job, Pods and metrics are read and folded
+into the plan's tracker, giving the status patch and the Events of the revision. Kopf's
+timer (`handlers.revise_eta`) calls it every `eta_interval_seconds` and writes the patch.
 
-It runs as one background task of the operator (started at start-up, stopped at
-cleanup) rather than as a Kopf timer per plan: a timer makes Kopf keep a finalizer on
-every plan, and the status written here needs nothing of Kopf's progress bookkeeping.
 Reads the cluster through `trainplan.cluster` and metrics through `trainplan.monitor`;
 the decisions are pure (`trainplan.eta`, `trainplan.controller.progress`).
 """
@@ -12,18 +9,16 @@ the decisions are pure (`trainplan.eta`, `trainplan.controller.progress`).
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 
-from trainplan.api import API_VERSION, TRAINING_PLAN_KIND, Phase, Plan, TrainingPlanSpec
-from trainplan.cluster import KubernetesApi, KubernetesApiError, event_for
+from trainplan.api import Phase, Plan, TrainingPlanSpec
+from trainplan.cluster import KubernetesApi
 from trainplan.controller.config import OperatorConfig
-from trainplan.controller.metrics import OperatorMetrics, snapshot_from_status
 from trainplan.controller.progress import ProgressUpdate, progress_update
 from trainplan.eta import EtaState, Observation, plan_facts, revise
 from trainplan.launcher import label_value
@@ -32,15 +27,15 @@ from trainplan.monitor import (
     ScrapeError,
     TrainingMetrics,
     observe_failures,
+    on_node,
     query_prometheus,
     scrape,
+    summarize_gpus,
 )
 
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 ACTIVE_PHASES = frozenset({Phase.LAUNCHING.value, Phase.RUNNING.value, Phase.RESTARTING.value})
 """Phases whose ETA is revised."""
-
-logger = logging.getLogger("trainplan.eta")
 
 
 @dataclass
@@ -51,16 +46,35 @@ class PlanTracker:
     failures: FailureLedger = field(default_factory=FailureLedger)
 
 
-def rank_zero_url(pods: Sequence[Mapping[str, Any]], port: int) -> str | None:
-    """The metrics URL of the running pod with completion index 0 (global rank 0)."""
+def node_urls(pods: Sequence[Mapping[str, Any]], port: int) -> dict[str, str]:
+    """The metrics URL of every running pod (one per node), by completion index; index
+    "0" holds global rank 0."""
+    urls = {}
     for pod in pods:
         annotations = (pod.get("metadata", {}) or {}).get("annotations", {}) or {}
         status = pod.get("status", {}) or {}
+        index = annotations.get(COMPLETION_INDEX_ANNOTATION)
         ip = status.get("podIP")
-        running = status.get("phase") == "Running"
-        if annotations.get(COMPLETION_INDEX_ANNOTATION) == "0" and ip and running:
-            return f"http://{ip}:{port}/metrics"
-    return None
+        if index is not None and ip and status.get("phase") == "Running":
+            urls[str(index)] = f"http://{ip}:{port}/metrics"
+    return urls
+
+
+async def _scrape_nodes(
+    session: aiohttp.ClientSession, urls: Mapping[str, str], config: OperatorConfig
+) -> dict[str, TrainingMetrics | ScrapeError]:
+    """Every node's metrics, at most `scrape_concurrency` at a time."""
+    limit = asyncio.Semaphore(config.scrape_concurrency)
+
+    async def one(url: str) -> TrainingMetrics | ScrapeError:
+        async with limit:
+            try:
+                return await scrape(session, url, config.scrape_timeout_seconds)
+            except ScrapeError as error:
+                return error
+
+    results = await asyncio.gather(*(one(url) for url in urls.values()))
+    return dict(zip(urls, results, strict=True))
 
 
 async def read_metrics(
@@ -72,16 +86,27 @@ async def read_metrics(
     name: str,
     port: int,
 ) -> tuple[TrainingMetrics | None, str | None]:
-    """(metrics, None) or (None, why not)."""
+    """(metrics, None) or (None, why not): rank 0's training series with the GPU series
+    of every node that answers."""
     try:
         if config.prometheus_url:
             selector = f'namespace="{namespace}",plan="{label_value(name)}"'
             metrics = await query_prometheus(session, config.prometheus_url, selector)
         else:
-            url = rank_zero_url(pods, port)
-            if url is None:
+            urls = node_urls(pods, port)
+            if "0" not in urls:
                 return None, "no running pod with completion index 0 to scrape"
-            metrics = await scrape(session, url, config.scrape_timeout_seconds)
+            nodes = await _scrape_nodes(session, urls, config)
+            rank_zero = nodes["0"]
+            if isinstance(rank_zero, ScrapeError):
+                raise rank_zero
+            gpus = tuple(
+                gpu
+                for index, node in sorted(nodes.items())
+                if isinstance(node, TrainingMetrics)
+                for gpu in on_node(node.gpus, f"node-{index}")
+            )
+            metrics = replace(rank_zero, gpus=gpus)
     except ScrapeError as error:
         return None, str(error)
     if not metrics.has_training_series:
@@ -143,70 +168,43 @@ async def revise_plan(
         tokens=observation.tokens,
         last_step_time=last_step_time,
         metrics_error=error,
+        gpus=None if metrics is None else summarize_gpus(metrics.gpus),
         generation=meta.get("generation"),
         now=now,
     )
 
 
 @dataclass
-class EtaLoop:
-    """Revises every running plan's ETA on an interval, until cancelled."""
+class EtaRevisions:
+    """The per-plan state of the ETA revisions (one tracker per running plan) and the
+    HTTP session the scrapes share. Kopf's timer calls `revise` for each running plan."""
 
     config: OperatorConfig
-    metrics: OperatorMetrics
     trackers: dict[tuple[str, str], PlanTracker] = field(default_factory=dict)
+    _session: aiohttp.ClientSession | None = field(default=None, repr=False)
 
-    async def revise_all(
-        self, api: KubernetesApi, session: aiohttp.ClientSession, now: datetime
-    ) -> int:
-        """One pass over the plans; returns how many were revised. A plan that fails is
-        logged and retried on the next pass; the others go on."""
-        plans = await api.list_objects(API_VERSION, TRAINING_PLAN_KIND, None)
-        active = set()
-        revised = 0
-        for body in plans:
-            meta = body.get("metadata", {})
-            status = body.get("status", {}) or {}
-            key = (str(meta.get("namespace", "default")), str(meta.get("name", "")))
-            if status.get("phase") not in ACTIVE_PHASES or not status.get("plan"):
-                continue
-            active.add(key)
-            tracker = self.trackers.setdefault(key, PlanTracker())
-            try:
-                update = await revise_plan(
-                    body,
-                    api=api,
-                    session=session,
-                    config=self.config,
-                    tracker=tracker,
-                    now=now,
-                )
-                await api.patch(
-                    API_VERSION,
-                    TRAINING_PLAN_KIND,
-                    key[0],
-                    key[1],
-                    {"status": update.status},
-                    subresource="status",
-                )
-                for event_type, reason, message in update.events:
-                    await api.create(event_for(body, event_type, reason, message, now.isoformat()))
-            except (KubernetesApiError, ValueError, KeyError) as error:
-                logger.warning(f"revising the ETA of {key[0]}/{key[1]}: {error}")
-                continue
-            self.metrics.record(*key, snapshot_from_status({**status, **update.status}))
-            revised += 1
-        for gone in set(self.trackers) - active:
-            del self.trackers[gone]
-        return revised
+    def session(self) -> aiohttp.ClientSession:
+        """The shared scrape session (made on first use, inside the operator's loop)."""
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        return self._session
 
-    async def run(self, api: Callable[[], KubernetesApi], clock: Callable[[], datetime]) -> None:
-        """Revise forever, every `eta_interval_seconds` (cancel the task to stop). `api`
-        gives the client of the current login."""
-        async with aiohttp.ClientSession() as session:
-            while True:
-                try:
-                    await self.revise_all(api(), session, clock())
-                except (KubernetesApiError, aiohttp.ClientError) as error:
-                    logger.warning(f"listing TrainingPlans: {error}")
-                await asyncio.sleep(self.config.eta_interval_seconds)
+    async def revise(
+        self, body: Mapping[str, Any], api: KubernetesApi, now: datetime
+    ) -> ProgressUpdate:
+        """One revision of one plan: its Job, Pods and metrics folded into its tracker."""
+        meta = body.get("metadata", {})
+        key = (str(meta.get("namespace", "default")), str(meta.get("name", "")))
+        tracker = self.trackers.setdefault(key, PlanTracker())
+        return await revise_plan(
+            body, api=api, session=self.session(), config=self.config, tracker=tracker, now=now
+        )
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop a plan's tracker (it finished or was deleted)."""
+        self.trackers.pop((namespace, name), None)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
