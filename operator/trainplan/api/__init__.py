@@ -7,7 +7,13 @@ Pure: imports only pydantic and the standard library; no I/O, no clock, no impor
 """
 
 from trainplan.api.base import ApiModel
-from trainplan.api.budget import GPUBudgetSpec, GPUBudgetStatus
+from trainplan.api.budget import (
+    BudgetConditionType,
+    GPUBudgetSpec,
+    GPUBudgetStatus,
+    PlanUsage,
+    UsageInterval,
+)
 from trainplan.api.constants import (
     API_VERSION,
     APP_COMPONENT_LABEL,
@@ -88,6 +94,7 @@ __all__ = [
     "Alternative",
     "ApiModel",
     "BatchSpec",
+    "BudgetConditionType",
     "CompletionRange",
     "Condition",
     "ConditionType",
@@ -112,6 +119,7 @@ __all__ = [
     "Plan",
     "PlanLayout",
     "PlanReliability",
+    "PlanUsage",
     "Progress",
     "Quantity",
     "ReliabilitySpec",
@@ -121,6 +129,7 @@ __all__ = [
     "TrainingPlanSpec",
     "TrainingPlanStatus",
     "TrainingSpec",
+    "UsageInterval",
     "format_duration",
     "format_validation_errors",
     "parse_duration_seconds",

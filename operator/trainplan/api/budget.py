@@ -3,9 +3,10 @@
 Pure: pydantic only; no I/O.
 """
 
+from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
 from trainplan.api.base import ApiModel
 from trainplan.api.durations import Duration
@@ -26,6 +27,37 @@ class GPUBudgetSpec(ApiModel):
     )
 
 
+class BudgetConditionType(StrEnum):
+    """The GPUBudget's condition types."""
+
+    NEARLY_EXHAUSTED = "NearlyExhausted"
+    """At least 80% of the allowance used in the window."""
+    EXHAUSTED = "Exhausted"
+    """The whole allowance used in the window."""
+
+
+class UsageInterval(ApiModel):
+    """A stretch of time a plan held its GPUs (its Job's pods running or restarting)."""
+
+    start: AwareDatetime = Field(description="When the plan's pods started holding GPUs.")
+    end: AwareDatetime | None = Field(None, description="When they let go; none while running.")
+
+
+class PlanUsage(ApiModel):
+    """One admitted plan's entry in the budget's ledger. Kept after the plan is deleted,
+    until its last interval leaves the window, so no spent GPU-hour is forgotten."""
+
+    name: str = Field(description="The TrainingPlan's name.")
+    uid: str | None = Field(None, description="The TrainingPlan's uid.")
+    gpus: int = Field(ge=1, description="GPUs the plan holds while running.")
+    projected_gpu_hours: float = Field(
+        ge=0, alias="projectedGPUHours", description="GPU-hours the whole run is projected to use."
+    )
+    admitted_time: AwareDatetime = Field(description="When the plan was admitted.")
+    intervals: tuple[UsageInterval, ...] = Field((), description="When it held its GPUs.")
+    finished: bool = Field(False, description="The plan ended (or was deleted).")
+
+
 class GPUBudgetStatus(ApiModel):
     """GPU-hours used and committed within the current period."""
 
@@ -44,4 +76,16 @@ class GPUBudgetStatus(ApiModel):
         description="Allowance minus used and committed; negative when over budget.",
     )
     active_plans: tuple[str, ...] = Field((), description="Admitted plans that are not done.")
+    gpus_in_use: int | None = Field(
+        None, ge=0, alias="gpusInUse", description="GPUs held by the admitted plans now."
+    )
+    ledger: tuple[PlanUsage, ...] = Field(
+        (), description="Every admitted plan whose use still counts in the window."
+    )
+    last_updated_time: AwareDatetime | None = Field(
+        None, description="When this status was last revised."
+    )
+    observed_generation: int | None = Field(
+        None, ge=0, description="metadata.generation last acted upon."
+    )
     conditions: tuple[Condition, ...] = Field((), description="Standard conditions.")

@@ -7,6 +7,7 @@ from trainplan.cluster.client import (
     KubernetesApi,
     KubernetesApiError,
     OwnershipConflictError,
+    ResourceVersionConflictError,
     event_for,
 )
 from trainplan.cluster.resources import ResourcePath, resource_path
@@ -18,6 +19,7 @@ __all__ = [
     "KubernetesApiError",
     "OwnershipConflictError",
     "ResourcePath",
+    "ResourceVersionConflictError",
     "event_for",
     "resource_path",
 ]

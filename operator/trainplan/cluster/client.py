@@ -45,6 +45,10 @@ class KubernetesApiError(Exception):
         super().__init__(f"{status} {reason}: {message}")
 
 
+class ResourceVersionConflictError(KubernetesApiError):
+    """409: the object changed since it was read (optimistic concurrency); read it again."""
+
+
 class OwnershipConflictError(Exception):
     """An object of the same name exists but is not controlled by this plan."""
 
@@ -122,7 +126,10 @@ class KubernetesApi:
             if response.status >= 400:
                 reason = payload.get("reason", "") if isinstance(payload, dict) else ""
                 message = payload.get("message", "") if isinstance(payload, dict) else ""
-                raise KubernetesApiError(response.status, reason or response.reason or "", message)
+                error_type = (
+                    ResourceVersionConflictError if response.status == 409 else KubernetesApiError
+                )
+                raise error_type(response.status, reason or response.reason or "", message)
             return payload if isinstance(payload, dict) else {}
 
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> JSON | None:
@@ -160,9 +167,15 @@ class KubernetesApi:
         patch: Mapping[str, Any],
         *,
         subresource: str | None = None,
+        resource_version: str | None = None,
     ) -> JSON:
-        """A JSON merge patch (RFC 7386), optionally of a subresource such as `status`."""
+        """A JSON merge patch (RFC 7386), optionally of a subresource such as `status`.
+        With `resource_version`, it applies only to that version of the object, else
+        ResourceVersionConflictError (the API server's optimistic concurrency)."""
         url = resource_path(api_version, kind).item(namespace, name, subresource)
+        if resource_version is not None:
+            metadata = {**patch.get("metadata", {}), "resourceVersion": resource_version}
+            patch = {**patch, "metadata": metadata}
         return await self._request("PATCH", url, body=patch, content_type=_MERGE_PATCH)
 
     async def ownership_conflicts(self, objects: Iterable[Mapping[str, Any]]) -> list[str]:

@@ -1,0 +1,376 @@
+"""GPU-hour budgets as pure functions: the ledger of admitted plans, what they used in
+the rolling window and still commit, and whether a new plan fits (with the downsized plan
+when the budget says Downsize). The handlers read and write the GPUBudget; nothing here
+does I/O or reads a clock (`now` is passed in).
+
+Accounting: a plan uses `gpus x hours` for every interval its Job's pods hold GPUs
+(phases Running and Restarting), clipped to the window `[now - period, now]`. It commits
+the projected GPU-hours of its whole run that it has not used yet. What remains is the
+allowance less the used and the committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from trainplan.api import (
+    BudgetConditionType,
+    GPUBudgetSpec,
+    Phase,
+    Plan,
+    PlanUsage,
+    TrainingPlanSpec,
+    UsageInterval,
+    format_duration,
+    parse_duration_seconds,
+)
+from trainplan.controller.conditions import make_condition, merge_conditions
+from trainplan.planner import InfeasiblePlanError, PlanInputError
+
+HOLDING_PHASES = frozenset({Phase.RUNNING.value, Phase.RESTARTING.value})
+"""Phases in which a plan's pods hold their GPUs."""
+ENDED_PHASES = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.REJECTED.value})
+NEARLY_EXHAUSTED_RATIO = 0.8
+"""Used over the allowance at which a budget is nearly exhausted (an Event, a condition)."""
+
+
+def _hours(seconds: float) -> float:
+    return seconds / 3600.0
+
+
+def window_start(spec: GPUBudgetSpec, now: datetime) -> datetime:
+    """The start of the rolling window that ends now."""
+    return now - timedelta(seconds=parse_duration_seconds(spec.period))
+
+
+def used_gpu_hours(usage: PlanUsage, since: datetime | None, now: datetime) -> float:
+    """GPU-hours a plan used after `since` (None: over its whole life) up to `now`."""
+    total_seconds = 0.0
+    for interval in usage.intervals:
+        start = interval.start if since is None else max(interval.start, since)
+        end = min(interval.end or now, now)
+        total_seconds += max(0.0, (end - start).total_seconds())
+    return usage.gpus * _hours(total_seconds)
+
+
+def committed_gpu_hours(usage: PlanUsage, now: datetime) -> float:
+    """The projected GPU-hours a running plan has not used yet (0 once it ended)."""
+    if usage.finished:
+        return 0.0
+    return max(0.0, usage.projected_gpu_hours - used_gpu_hours(usage, None, now))
+
+
+def holds_gpus(usage: PlanUsage) -> bool:
+    """Whether an admitted plan holds, or is about to hold, its GPUs."""
+    return not usage.finished
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSummary:
+    """A budget's figures at one moment."""
+
+    limit_gpu_hours: float
+    used_gpu_hours: float
+    committed_gpu_hours: float
+    gpus_in_use: int
+    active_plans: tuple[str, ...]
+
+    @property
+    def remaining_gpu_hours(self) -> float:
+        """Allowance less used and committed; negative when over."""
+        return self.limit_gpu_hours - self.used_gpu_hours - self.committed_gpu_hours
+
+    @property
+    def used_ratio(self) -> float:
+        return self.used_gpu_hours / self.limit_gpu_hours
+
+
+def summarize(spec: GPUBudgetSpec, ledger: Sequence[PlanUsage], now: datetime) -> BudgetSummary:
+    """The budget's used, committed and in-use figures from its ledger."""
+    since = window_start(spec, now)
+    active = [usage for usage in ledger if holds_gpus(usage)]
+    return BudgetSummary(
+        limit_gpu_hours=spec.gpu_hours,
+        used_gpu_hours=sum(used_gpu_hours(usage, since, now) for usage in ledger),
+        committed_gpu_hours=sum(committed_gpu_hours(usage, now) for usage in ledger),
+        gpus_in_use=sum(usage.gpus for usage in active),
+        active_plans=tuple(sorted(usage.name for usage in active)),
+    )
+
+
+def prune(spec: GPUBudgetSpec, ledger: Sequence[PlanUsage], now: datetime) -> list[PlanUsage]:
+    """The ledger without the finished plans whose every interval left the window."""
+    since = window_start(spec, now)
+    kept = []
+    for usage in ledger:
+        ends = [interval.end for interval in usage.intervals]
+        gone = usage.finished and all(end is not None and end < since for end in ends)
+        if not gone:
+            kept.append(usage)
+    return kept
+
+
+def _same_plan(usage: PlanUsage, name: str, uid: str | None) -> bool:
+    return usage.name == name and (uid is None or usage.uid in (None, uid))
+
+
+def find_usage(ledger: Sequence[PlanUsage], name: str, uid: str | None) -> PlanUsage | None:
+    """The plan's ledger entry, if it was admitted."""
+    return next((usage for usage in ledger if _same_plan(usage, name, uid)), None)
+
+
+def admit(
+    ledger: Sequence[PlanUsage],
+    *,
+    name: str,
+    uid: str | None,
+    plan: Plan,
+    now: datetime,
+) -> list[PlanUsage]:
+    """The ledger with the plan admitted (once: a plan already there is left as it is)."""
+    if find_usage(ledger, name, uid) is not None:
+        return list(ledger)
+    entry = PlanUsage(
+        name=name, uid=uid, gpus=plan.gpus, projected_gpu_hours=plan.gpu_hours, admitted_time=now
+    )
+    return [*ledger, entry]
+
+
+def follow_phase(
+    usage: PlanUsage,
+    *,
+    phase: str | None,
+    start_time: datetime | None,
+    end_time: datetime | None,
+    projected_gpu_hours: float | None,
+    now: datetime,
+) -> PlanUsage:
+    """The plan's entry after its status changed: an interval opens when its pods start
+    holding GPUs (at the Job's start time, the first time) and closes when they stop
+    (suspended, ended or deleted: `phase` None)."""
+    intervals = list(usage.intervals)
+    is_open = bool(intervals) and intervals[-1].end is None
+    holding = phase in HOLDING_PHASES
+    if holding and not is_open:
+        start = start_time if (start_time is not None and not intervals) else now
+        intervals.append(UsageInterval(start=min(start, now)))
+    elif not holding and is_open:
+        end = end_time if (end_time is not None and phase in ENDED_PHASES) else now
+        intervals[-1] = UsageInterval(start=intervals[-1].start, end=max(end, intervals[-1].start))
+    finished = usage.finished or phase is None or phase in ENDED_PHASES
+    projected = usage.projected_gpu_hours if projected_gpu_hours is None else projected_gpu_hours
+    return usage.model_copy(
+        update={
+            "intervals": tuple(intervals),
+            "finished": finished,
+            "projected_gpu_hours": projected,
+        }
+    )
+
+
+def replace_usage(ledger: Sequence[PlanUsage], updated: PlanUsage) -> list[PlanUsage]:
+    """The ledger with one entry replaced (matched by name and uid)."""
+    return [updated if _same_plan(usage, updated.name, updated.uid) else usage for usage in ledger]
+
+
+# --- admission ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A budget's decision on one plan."""
+
+    allowed: bool
+    message: str
+    """Why it was denied, or what was done (empty when it simply fits)."""
+    warnings: tuple[str, ...] = ()
+    plan: Plan | None = None
+    """The plan to launch (the downsized one under Downsize); None when denied."""
+    spec: TrainingPlanSpec | None = None
+    """The spec the plan was made from (changed objective when downsized)."""
+    exceeded: bool = False
+    """Admitted over budget (Warn): the plan's BudgetExceeded condition is True."""
+
+
+Replan = Callable[[TrainingPlanSpec], Plan]
+"""Plans a spec; raises the planner's errors (InfeasiblePlanError, PlanInputError)."""
+
+
+def _hours_text(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A budget as admission sees it: its name, spec and figures now."""
+
+    name: str
+    spec: GPUBudgetSpec
+    summary: BudgetSummary
+
+    def shortfall(self, plan: Plan) -> str:
+        return (
+            f"needs {_hours_text(plan.gpu_hours)} GPU-hours; {self.name} has"
+            f" {_hours_text(max(0.0, self.summary.remaining_gpu_hours))} of"
+            f" {_hours_text(self.spec.gpu_hours)} left in the last {self.spec.period}"
+        )
+
+    def ceiling(self, plan: Plan) -> str:
+        return (
+            f"needs {plan.gpus:,} GPUs at once; {self.name} allows {self.spec.max_gpus or 0:,}"
+            f" and {self.summary.gpus_in_use:,} are in use"
+        )
+
+    def over(self, plan: Plan) -> tuple[bool, bool]:
+        """(over the GPU-hours left, over the concurrent GPU ceiling)."""
+        over_hours = plan.gpu_hours > self.summary.remaining_gpu_hours
+        max_gpus = self.spec.max_gpus
+        over_gpus = max_gpus is not None and self.summary.gpus_in_use + plan.gpus > max_gpus
+        return over_hours, over_gpus
+
+
+def _downsized_spec(spec: TrainingPlanSpec, ceiling: int, keep_deadline: bool) -> TrainingPlanSpec:
+    objective = spec.objective
+    capped = min(ceiling, objective.max_gpus) if objective.max_gpus else ceiling
+    new_objective = objective.model_copy(
+        update={
+            "gpus": None,
+            "max_gpus": capped,
+            "deadline": objective.deadline if keep_deadline else None,
+        }
+    )
+    parallelism = spec.parallelism.model_copy(update={"data": None})
+    return spec.model_copy(update={"objective": new_objective, "parallelism": parallelism})
+
+
+def judge(budget: Budget, spec: TrainingPlanSpec, plan: Plan, replan: Replan) -> Verdict:
+    """Whether `plan` fits the budget, under its enforcement mode. Downsize re-plans
+    under the GPUs left below `maxGPUs` (keeping the deadline if it can, with a warning
+    when it cannot) and admits when the result fits."""
+    over_hours, over_gpus = budget.over(plan)
+    if not over_hours and not over_gpus:
+        return Verdict(True, "", plan=plan, spec=spec)
+    problems = []
+    if over_hours:
+        problems.append(budget.shortfall(plan))
+    if over_gpus:
+        problems.append(budget.ceiling(plan))
+    message = "; ".join(problems)
+    if budget.spec.enforcement == "Warn":
+        warning = f"over budget: {message}"
+        return Verdict(True, message, (warning,), plan=plan, spec=spec, exceeded=True)
+    max_gpus = budget.spec.max_gpus
+    if budget.spec.enforcement == "Downsize" and over_gpus and max_gpus is not None:
+        free = max_gpus - budget.summary.gpus_in_use
+        if free < 1:
+            return Verdict(False, f"{message}; no GPU is free to downsize to")
+        return _downsize(budget, spec, free, replan, message)
+    return Verdict(False, message)
+
+
+def _downsize(
+    budget: Budget, spec: TrainingPlanSpec, free_gpus: int, replan: Replan, message: str
+) -> Verdict:
+    attempts = [True, False] if spec.objective.deadline else [False]
+    errors = []
+    for keep_deadline in attempts:
+        smaller_spec = _downsized_spec(spec, free_gpus, keep_deadline)
+        try:
+            smaller = replan(smaller_spec)
+        except PlanInputError as error:
+            errors.append(str(error))
+            continue
+        except InfeasiblePlanError as error:
+            errors.append("; ".join(error.reasons))
+            continue
+        if any(budget.over(smaller)):
+            reason = budget.shortfall(smaller)
+            return Verdict(False, f"{message}; downsized to {smaller.gpus} GPUs it {reason}")
+        warnings = [f"downsized to {smaller.gpus} GPUs to fit {budget.name} ({message})"]
+        deadline = spec.objective.deadline
+        if deadline and not keep_deadline:
+            takes = format_duration(smaller.duration_seconds)
+            late = smaller.duration_seconds > parse_duration_seconds(deadline)
+            warnings.append(
+                f"with {smaller.gpus} GPUs the run takes {takes}"
+                + (f", past the deadline of {deadline}" if late else "")
+            )
+        return Verdict(True, warnings[0], tuple(warnings), plan=smaller, spec=smaller_spec)
+    detail = "; ".join(errors) or "no plan fits"
+    return Verdict(False, f"{message}; no plan fits within {free_gpus} GPUs: {detail}")
+
+
+# --- status ------------------------------------------------------------------------------
+
+
+def budget_conditions(
+    summary: BudgetSummary,
+    current: Mapping[str, Any],
+    *,
+    generation: int | None,
+    now: datetime,
+) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
+    """The budget's NearlyExhausted and Exhausted conditions (used over the allowance at
+    80% and 100%), merged into the current ones, and the Events of their crossings."""
+    percent = summary.used_ratio * 100
+    figures = (
+        f"{_hours_text(summary.used_gpu_hours)} of {_hours_text(summary.limit_gpu_hours)}"
+        f" GPU-hours used ({percent:.0f}%)"
+    )
+    levels = (
+        (BudgetConditionType.NEARLY_EXHAUSTED, NEARLY_EXHAUSTED_RATIO, "NearlyExhausted"),
+        (BudgetConditionType.EXHAUSTED, 1.0, "Exhausted"),
+    )
+    updates = []
+    events = []
+    previous = {c.get("type"): c.get("status") for c in current.get("conditions", []) or []}
+    for condition_type, ratio, reason in levels:
+        crossed = summary.used_ratio >= ratio
+        updates.append(
+            make_condition(
+                condition_type,
+                "True" if crossed else "False",
+                reason if crossed else "Within",
+                figures,
+                now=now,
+                generation=generation,
+            )
+        )
+        if crossed and previous.get(condition_type) != "True":
+            events.append(("Warning", f"Budget{reason}", figures))
+    return merge_conditions(current.get("conditions"), updates), events
+
+
+def budget_status(
+    spec: GPUBudgetSpec,
+    ledger: Sequence[PlanUsage],
+    current: Mapping[str, Any],
+    *,
+    generation: int | None,
+    now: datetime,
+) -> tuple[dict[str, Any], list[tuple[str, str, str]], BudgetSummary]:
+    """The budget's whole status (ledger pruned) for one write, its Events, and figures."""
+    kept = prune(spec, ledger, now)
+    summary = summarize(spec, kept, now)
+    conditions, events = budget_conditions(summary, current, generation=generation, now=now)
+    status = {
+        "usedGPUHours": round(summary.used_gpu_hours, 3),
+        "committedGPUHours": round(summary.committed_gpu_hours, 3),
+        "remainingGPUHours": round(summary.remaining_gpu_hours, 3),
+        "activePlans": list(summary.active_plans),
+        "gpusInUse": summary.gpus_in_use,
+        "ledger": [usage.to_document() for usage in kept],
+        "conditions": conditions,
+        "lastUpdatedTime": now.isoformat(),
+    }
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status, events, summary
+
+
+def ledger_from_status(status: Mapping[str, Any]) -> list[PlanUsage]:
+    """The ledger stored in a budget's status."""
+    return [PlanUsage.model_validate(entry) for entry in status.get("ledger", []) or []]
