@@ -24,10 +24,12 @@ from trainplan.api import (
     GPUHours,
     GPUUsage,
     Phase,
+    PlanUsage,
     Progress,
     TrainingPlan,
     TrainingPlanSpec,
     TrainingPlanStatus,
+    UsageInterval,
     parse_duration_seconds,
 )
 from trainplan.planner import load_catalog, plan
@@ -415,6 +417,23 @@ def test_gpu_budget_status_validates_and_bad_budgets_are_rejected() -> None:
         committed_gpu_hours=25_000.0,
         remaining_gpu_hours=-5_000.0,
         active_plans=("llama2-7b-deadline", "tiny-local"),
+        gpus_in_use=64,
+        ledger=(
+            PlanUsage(
+                name="llama2-7b-deadline",
+                uid="uid-1",
+                gpus=64,
+                projected_gpu_hours=40_000.0,
+                admitted_time=NOW,
+                intervals=(
+                    UsageInterval(start=NOW, end=NOW + timedelta(hours=2)),
+                    UsageInterval(start=NOW + timedelta(hours=3), end=NOW + timedelta(hours=9)),
+                ),
+                finished=True,
+            ),
+        ),
+        last_updated_time=NOW + timedelta(hours=10),
+        observed_generation=1,
         conditions=(_condition(ConditionType.BUDGET_EXCEEDED, "True", "OverCommitted", 0),),
     )
     assert _unset_fields(status) == []

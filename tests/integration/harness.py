@@ -73,14 +73,24 @@ class ResourceVersionConflictError(KubernetesError):
     message: str = "the resourceVersion test of the JSON patch failed: the object changed"
 
 
+@attrs.frozen
+class ResourceVersionChangedError(KubernetesError):
+    """What the API server answers a patch that names a resourceVersion no longer current."""
+
+    status: int = 409
+    reason: str = "Conflict"
+    message: str = "the object has been modified; please apply your changes to the latest version"
+
+
 @attrs.define(kw_only=True)
 class VersionedEmulator(kmock.KubernetesEmulator):
     """kmock's emulator with resource versions, as the API server keeps them: every
-    create and patch stores a new `metadata.resourceVersion`, and a JSON patch that
-    tests an older version is refused with 422. Kopf adds and removes finalizers with
-    such patches; without versions a patch computed from a stale event would apply."""
+    create and patch stores a new `metadata.resourceVersion`; a JSON patch that tests an
+    older version is refused with 422 and a merge patch that names one with 409. Kopf's
+    finalizer patches and trainplan's budget writes rely on it."""
 
     _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _writes: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
 
     def _stored_version(self, request: Any) -> str | None:
         key = (request.resource, request.namespace, request.name)
@@ -92,26 +102,34 @@ class VersionedEmulator(kmock.KubernetesEmulator):
 
     async def _handle(self, request: Any) -> web.StreamResponse:
         writes = (kmock.action.CREATE, kmock.action.UPDATE)
-        if request.resource is not None and request.action in writes:
-            version = str(next(self._versions))
-            data = request.data
-            if isinstance(data, list):  # a JSON patch
-                tested = [
-                    str(op.get("value"))
-                    for op in data
-                    if op.get("op") == "test" and op.get("path") == "/metadata/resourceVersion"
-                ]
-                if tested and tested[0] != self._stored_version(request):
-                    raise ResourceVersionConflictError()
-                data = [*data, {"op": "add", "path": "/metadata/resourceVersion", "value": version}]
-            elif isinstance(data, dict):
-                data = {
-                    **data,
-                    "metadata": {**data.get("metadata", {}), "resourceVersion": version},
-                }
-            object.__setattr__(request, "data", data)  # the frozen request, amended in place
-        response: web.StreamResponse = await super()._handle(request)
-        return response
+        if request.resource is None or request.action not in writes:
+            response: web.StreamResponse = await super()._handle(request)
+            return response
+        async with self._writes:  # the version check and the write are one step
+            self._check_and_version(request)
+            response = await super()._handle(request)
+            return response
+
+    def _check_and_version(self, request: Any) -> None:
+        """Refuse a write onto an old version; give the write a new version."""
+        version = str(next(self._versions))
+        data = request.data
+        if isinstance(data, list):  # a JSON patch
+            tested = [
+                str(op.get("value"))
+                for op in data
+                if op.get("op") == "test" and op.get("path") == "/metadata/resourceVersion"
+            ]
+            if tested and tested[0] != self._stored_version(request):
+                raise ResourceVersionConflictError()
+            data = [*data, {"op": "add", "path": "/metadata/resourceVersion", "value": version}]
+        elif isinstance(data, dict):
+            expected = (data.get("metadata") or {}).get("resourceVersion")
+            stale = expected is not None and str(expected) != self._stored_version(request)
+            if request.action == kmock.action.UPDATE and stale:
+                raise ResourceVersionChangedError()
+            data = {**data, "metadata": {**data.get("metadata", {}), "resourceVersion": version}}
+        object.__setattr__(request, "data", data)  # the frozen request, amended in place
 
 
 class Cluster:
@@ -147,6 +165,30 @@ class Cluster:
         )
         assert status in (200, 201), answer
         return str(meta["name"])
+
+    async def apply_budget(
+        self, name: str, spec: dict[str, Any], namespace: str = "default"
+    ) -> None:
+        """`kubectl apply` of a new GPUBudget."""
+        body = {
+            "apiVersion": "trainplan.dev/v1alpha1",
+            "kind": "GPUBudget",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": f"uid-{next(self._uids):04d}",
+                "generation": 1,
+                "creationTimestamp": datetime.now(tz=UTC).isoformat(),
+            },
+            "spec": spec,
+        }
+        status, answer = await self._call(
+            "POST", f"/apis/trainplan.dev/v1alpha1/namespaces/{namespace}/gpubudgets", body
+        )
+        assert status in (200, 201), answer
+
+    def budget(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return self.objects("trainplan.dev/v1alpha1/gpubudgets", namespace).get(name, {})
 
     async def patch_plan_spec(
         self, name: str, spec_patch: dict[str, Any], namespace: str = "default"

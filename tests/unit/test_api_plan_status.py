@@ -208,6 +208,18 @@ def budget_document() -> dict[str, Any]:
             "committedGPUHours": 50_000.0,
             "remainingGPUHours": -1.5,
             "activePlans": ["llama"],
+            "gpusInUse": 2048,
+            "ledger": [
+                {
+                    "name": "llama",
+                    "uid": "uid-1",
+                    "gpus": 2048,
+                    "projectedGPUHours": 52_048.0,
+                    "admittedTime": "2026-11-01T00:00:00Z",
+                    "intervals": [{"start": "2026-11-01T00:10:00Z"}],
+                    "finished": False,
+                }
+            ],
             "conditions": [condition(type="BudgetExceeded", reason="OverCommitted")],
         },
     }

@@ -30,6 +30,8 @@ class GPUBudgetSpec(ApiModel):
 class BudgetConditionType(StrEnum):
     """The GPUBudget's condition types."""
 
+    VALID = "Valid"
+    """The spec is valid and the figures are current."""
     NEARLY_EXHAUSTED = "NearlyExhausted"
     """At least 80% of the allowance used in the window."""
     EXHAUSTED = "Exhausted"

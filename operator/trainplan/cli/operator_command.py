@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import click
 
@@ -61,6 +62,38 @@ from trainplan.planner import load_catalog
     default=None,
     help="Read training metrics from this Prometheus server instead of scraping pods.",
 )
+@click.option(
+    "--webhook-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve the GPU-budget admission webhook (HTTPS) on this port; default: no webhook.",
+)
+@click.option(
+    "--webhook-address",
+    default=OperatorConfig().webhook_address,
+    show_default=True,
+    help="Address the webhook server listens on.",
+)
+@click.option(
+    "--webhook-host",
+    default=None,
+    help="Host name the API server calls the webhook at (e.g. SERVICE.NAMESPACE.svc).",
+)
+@click.option(
+    "--webhook-cert-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help=(
+        "Directory with the webhook's tls.crt and tls.key (a mounted kubernetes.io/tls"
+        " Secret, e.g. from cert-manager); default: a self-signed certificate."
+    ),
+)
+@click.option(
+    "--webhook-managed",
+    metavar="NAME",
+    default=None,
+    help="Create and keep the ValidatingWebhookConfiguration NAME (development).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def command(
     *,
@@ -71,10 +104,18 @@ def command(
     metrics_port: int,
     eta_interval_seconds: float,
     prometheus_url: str | None,
+    webhook_port: int | None,
+    webhook_address: str,
+    webhook_host: str | None,
+    webhook_cert_dir: Path | None,
+    webhook_managed: str | None,
     verbose: bool,
 ) -> None:
     """Run the trainplan operator (Kopf) with the in-cluster service account, or the
     current kubeconfig outside a cluster."""
+    cert_path, key_path = webhook_certificate(webhook_cert_dir)
+    if webhook_port is None and (webhook_cert_dir or webhook_managed or webhook_host):
+        raise click.UsageError("the --webhook-* options need --webhook-port")
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -86,6 +127,27 @@ def command(
         metrics_port=metrics_port,
         eta_interval_seconds=eta_interval_seconds,
         prometheus_url=prometheus_url,
+        webhook_port=webhook_port,
+        webhook_address=webhook_address,
+        webhook_host=webhook_host,
+        webhook_cert_path=cert_path,
+        webhook_key_path=key_path,
+        webhook_managed=webhook_managed,
     )
     context = ControllerContext(catalog=load_catalog(), config=config)
     asyncio.run(run_operator(context, namespaces=namespaces, liveness_endpoint=liveness or None))
+
+
+def webhook_certificate(cert_dir: Path | None) -> tuple[str | None, str | None]:
+    """The paths of `cert_dir`'s tls.crt and tls.key (the layout of a mounted
+    kubernetes.io/tls Secret); (None, None) without a directory: self-signed."""
+    if cert_dir is None:
+        return None, None
+    paths = (cert_dir / "tls.crt", cert_dir / "tls.key")
+    missing = [path.name for path in paths if not path.is_file()]
+    if missing:
+        raise click.BadParameter(
+            f"{cert_dir} has no {' or '.join(missing)} (a kubernetes.io/tls Secret's files)",
+            param_hint="--webhook-cert-dir",
+        )
+    return str(paths[0]), str(paths[1])

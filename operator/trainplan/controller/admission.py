@@ -7,6 +7,7 @@ the reconcile path alike, so a cluster without the webhook gets the same answers
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,6 +35,7 @@ from trainplan.controller.budgets import (
     follow_phase,
     judge,
     ledger_from_status,
+    release,
     replace_usage,
     summarize,
 )
@@ -121,10 +123,27 @@ def verdict_for(
 class BudgetWrite:
     """A budget's status as written, with its Events and figures."""
 
-    budget: str
+    budget: Mapping[str, Any]
+    """The budget as read before the write (for Events on it)."""
     status: dict[str, Any]
     events: tuple[tuple[str, str, str], ...]
     summary: BudgetSummary
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(namespace, name) of the budget."""
+        meta = self.budget.get("metadata", {})
+        return str(meta.get("namespace", "default")), str(meta.get("name", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A budget's verdict on a plan, and the budget write that recorded it (None when
+    denied or recorded before)."""
+
+    budget: str
+    verdict: Verdict
+    written: BudgetWrite | None
 
 
 async def _write(
@@ -151,7 +170,7 @@ async def _write(
         subresource="status",
         resource_version=meta.get("resourceVersion"),
     )
-    return BudgetWrite(str(meta.get("name")), status, tuple(events), summary)
+    return BudgetWrite(budget_body, status, tuple(events), summary)
 
 
 async def reserve(
@@ -163,7 +182,7 @@ async def reserve(
     spec: TrainingPlanSpec,
     catalog: Catalog,
     now: datetime,
-) -> tuple[Verdict, BudgetWrite | None] | None:
+) -> Reservation | None:
     """Judge the plan against its budget and, when admitted, record it in the budget's
     ledger in the same write; None when no budget applies. Two plans reserving at once
     cannot both take the same remainder: the write applies only to the version judged,
@@ -172,19 +191,22 @@ async def reserve(
         budget_body = await budget_for(api, namespace, spec.budget_ref)
         if budget_body is None:
             return None
-        verdict = verdict_for(budget_body, name=name, uid=uid, spec=spec, catalog=catalog, now=now)
+        verdict = await asyncio.to_thread(  # the planner is CPU-bound
+            verdict_for, budget_body, name=name, uid=uid, spec=spec, catalog=catalog, now=now
+        )
         ledger = ledger_from_status(budget_body.get("status", {}) or {})
+        budget = _name(budget_body)
         if not verdict.allowed or verdict.plan is None:
-            return verdict, None
+            return Reservation(budget, verdict, None)
         if find_usage(ledger, name, uid) is not None:
-            return verdict, None  # admitted before (a resumed or retried handler)
+            return Reservation(budget, verdict, None)  # admitted before (resumed, retried)
         try:
             written = await _write(
                 api, budget_body, admit(ledger, name=name, uid=uid, plan=verdict.plan, now=now), now
             )
         except ResourceVersionConflictError:
             continue
-        return verdict, written
+        return Reservation(budget, verdict, written)
     raise BudgetContentionError(409, "Conflict", f"the budget of {namespace}/{name} kept changing")
 
 
@@ -212,13 +234,17 @@ async def follow_plan(
         usage = find_usage(ledger, name, uid)
         if usage is None:
             return None
-        updated = follow_phase(
-            usage,
-            phase=phase,
-            start_time=_time(status.get("startTime")),
-            end_time=_time(status.get("completionTime")),
-            projected_gpu_hours=(status.get("gpuHours") or {}).get("projected"),
-            now=now,
+        updated = (
+            release(usage, now)
+            if phase is None
+            else follow_phase(
+                usage,
+                phase=phase,
+                start_time=_time(status.get("startTime")),
+                end_time=_time(status.get("completionTime")),
+                projected_gpu_hours=(status.get("gpuHours") or {}).get("projected"),
+                now=now,
+            )
         )
         if updated == usage:
             return None
@@ -243,7 +269,24 @@ async def refresh_budget(
 ) -> BudgetWrite:
     """Recompute a budget as time passes: the window slides, running plans use more and
     commit less (with their ETA's projection), plans launched before the budget existed
-    are taken into the ledger, and entries that left the window are dropped."""
+    are taken into the ledger, and entries that left the window are dropped. When another
+    writer changed the budget meanwhile, read it again and recompute."""
+    meta = budget_body.get("metadata", {})
+    namespace, name = str(meta.get("namespace", "default")), _name(budget_body)
+    for _ in range(CONFLICT_ATTEMPTS):
+        try:
+            return await _refresh_once(api, budget_body, now)
+        except ResourceVersionConflictError:
+            fresh = await api.get(API_VERSION, GPU_BUDGET_KIND, namespace, name)
+            if fresh is None:
+                raise
+            budget_body = fresh
+    raise BudgetContentionError(409, "Conflict", f"the budget {namespace}/{name} kept changing")
+
+
+async def _refresh_once(
+    api: KubernetesApi, budget_body: Mapping[str, Any], now: datetime
+) -> BudgetWrite:
     meta = budget_body.get("metadata", {})
     namespace, budget_name = str(meta.get("namespace", "default")), _name(budget_body)
     plans = await api.list_objects(API_VERSION, TRAINING_PLAN_KIND, namespace)

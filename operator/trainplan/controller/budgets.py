@@ -150,7 +150,9 @@ def follow_phase(
 ) -> PlanUsage:
     """The plan's entry after its status changed: an interval opens when its pods start
     holding GPUs (at the Job's start time, the first time) and closes when they stop
-    (suspended, ended or deleted: `phase` None)."""
+    (suspended or ended). A plan with no phase yet is left as it is."""
+    if phase is None:
+        return usage
     intervals = list(usage.intervals)
     is_open = bool(intervals) and intervals[-1].end is None
     holding = phase in HOLDING_PHASES
@@ -160,15 +162,23 @@ def follow_phase(
     elif not holding and is_open:
         end = end_time if (end_time is not None and phase in ENDED_PHASES) else now
         intervals[-1] = UsageInterval(start=intervals[-1].start, end=max(end, intervals[-1].start))
-    finished = usage.finished or phase is None or phase in ENDED_PHASES
     projected = usage.projected_gpu_hours if projected_gpu_hours is None else projected_gpu_hours
     return usage.model_copy(
         update={
             "intervals": tuple(intervals),
-            "finished": finished,
+            "finished": usage.finished or phase in ENDED_PHASES,
             "projected_gpu_hours": projected,
         }
     )
+
+
+def release(usage: PlanUsage, now: datetime) -> PlanUsage:
+    """The entry of a deleted plan: its open interval closes now and it commits nothing
+    more; what it used stays until it leaves the window."""
+    intervals = list(usage.intervals)
+    if intervals and intervals[-1].end is None:
+        intervals[-1] = UsageInterval(start=intervals[-1].start, end=max(now, intervals[-1].start))
+    return usage.model_copy(update={"intervals": tuple(intervals), "finished": True})
 
 
 def replace_usage(ledger: Sequence[PlanUsage], updated: PlanUsage) -> list[PlanUsage]:
@@ -313,8 +323,9 @@ def budget_conditions(
     generation: int | None,
     now: datetime,
 ) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
-    """The budget's NearlyExhausted and Exhausted conditions (used over the allowance at
-    80% and 100%), merged into the current ones, and the Events of their crossings."""
+    """The budget's conditions (Valid; NearlyExhausted and Exhausted: used over the
+    allowance at 80% and 100%), merged into the current ones, and the Events of the
+    crossings."""
     percent = summary.used_ratio * 100
     figures = (
         f"{_hours_text(summary.used_gpu_hours)} of {_hours_text(summary.limit_gpu_hours)}"
@@ -324,7 +335,11 @@ def budget_conditions(
         (BudgetConditionType.NEARLY_EXHAUSTED, NEARLY_EXHAUSTED_RATIO, "NearlyExhausted"),
         (BudgetConditionType.EXHAUSTED, 1.0, "Exhausted"),
     )
-    updates = []
+    updates = [
+        make_condition(
+            BudgetConditionType.VALID, "True", "Accounted", figures, now=now, generation=generation
+        )
+    ]
     events = []
     previous = {c.get("type"): c.get("status") for c in current.get("conditions", []) or []}
     for condition_type, ratio, reason in levels:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import kopf
 
 from trainplan.api import GROUP
+from trainplan.controller.tls import WebhookServer
 from trainplan.eta import StallPolicy
 
 
@@ -27,6 +28,8 @@ class OperatorConfig:
     """Log records at this level or above become Kubernetes Events on the object."""
     eta_interval_seconds: float = 30.0
     """How often each running plan's ETA is revised."""
+    budget_interval_seconds: float = 60.0
+    """How often each GPUBudget's used, committed and remaining GPU-hours are revised."""
     scrape_timeout_seconds: float = 5.0
     """One scrape of a training pod's metrics."""
     scrape_concurrency: int = 16
@@ -39,12 +42,36 @@ class OperatorConfig:
     """Serve the operator metrics on this port (`/metrics`); None: not served."""
     metrics_address: str = "0.0.0.0"
     """Address of the operator metrics server."""
+    webhook_port: int | None = None
+    """Serve the GPU-budget admission webhook (HTTPS) on this port; None: no webhook
+    server and no admission handler (the reconcile path still enforces budgets)."""
+    webhook_address: str = "0.0.0.0"
+    """Address the webhook server listens on."""
+    webhook_host: str | None = None
+    """Host name the API server calls the webhook at (e.g. the Service's
+    `NAME.NAMESPACE.svc`): the self-signed certificate's name and the managed
+    configuration's URL; None: the listening address."""
+    webhook_cert_path: str | None = None
+    """PEM certificate (chain) of the webhook server, e.g. `tls.crt` of a Secret issued by
+    cert-manager; re-read when it changes. None, with no key: a self-signed certificate is
+    made at start-up (development)."""
+    webhook_key_path: str | None = None
+    """PEM private key of `webhook_cert_path` (`tls.key`)."""
+    webhook_managed: str | None = None
+    """When set, the operator creates and keeps the ValidatingWebhookConfiguration of this
+    name itself, pointing at its server with its CA (development); None: the deployment
+    provides the configuration."""
+
+    def __post_init__(self) -> None:
+        if (self.webhook_cert_path is None) != (self.webhook_key_path is None):
+            raise ValueError("webhook_cert_path and webhook_key_path are given together")
 
 
 def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """Kopf's settings for trainplan: progress, last-handled state and the finalizer under
     the `trainplan.dev` prefix (annotations, so `status` holds only trainplan's fields),
-    watch and request timeouts, and which log records become Events."""
+    watch and request timeouts, which log records become Events, and the admission
+    webhook server when `webhook_port` is set."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
@@ -56,3 +83,19 @@ def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.networking.connect_timeout = config.connect_timeout_seconds
     settings.networking.request_timeout = config.request_timeout_seconds
     settings.posting.level = config.event_level
+    if config.webhook_port is not None:
+        settings.admission.server = webhook_server(config)
+        settings.admission.managed = config.webhook_managed
+
+
+def webhook_server(config: OperatorConfig) -> WebhookServer:
+    """Kopf's HTTPS webhook server for `config` (a self-signed certificate without cert
+    files)."""
+    assert config.webhook_port is not None
+    return WebhookServer(
+        addr=config.webhook_address,
+        port=config.webhook_port,
+        host=config.webhook_host,
+        certfile=config.webhook_cert_path,
+        pkeyfile=config.webhook_key_path,
+    )

@@ -19,6 +19,7 @@ from trainplan.api import (
     Phase,
 )
 from trainplan.cluster import KubernetesApiError, OwnershipConflictError, event_for
+from trainplan.controller.budget_handlers import budgeted, follow_budget, register_budgets
 from trainplan.controller.config import OperatorConfig, configure_kopf
 from trainplan.controller.context import ControllerContext, connection_from
 from trainplan.controller.metrics import snapshot_from_status
@@ -31,6 +32,7 @@ from trainplan.controller.reconcile import (
     reject,
 )
 from trainplan.controller.revision import ACTIVE_PHASES
+from trainplan.controller.webhook import register_admission
 
 LoginFn = Callable[..., Awaitable[kopf.ConnectionInfo | None] | kopf.ConnectionInfo | None]
 _PLANS = (GROUP, VERSION, TRAINING_PLAN_PLURAL)
@@ -73,7 +75,8 @@ def build_registry(
     """A registry with every trainplan handler; `login` replaces the default login (tests
     point it at an emulated API server); `config` gives the ETA timer's interval."""
     registry = kopf.OperatorRegistry()
-    eta_interval_seconds = (config or OperatorConfig()).eta_interval_seconds
+    config = config or OperatorConfig()
+    eta_interval_seconds = config.eta_interval_seconds
     chosen_login: LoginFn = login or _default_login
 
     @kopf.on.startup(registry=registry)
@@ -107,7 +110,8 @@ def build_registry(
     ) -> None:
         """Plan, render and apply; write the decision as the status (once)."""
         context = _context(memo)
-        decision = await _apply(await _decide(body, context), body, context, logger)
+        decision = await budgeted(await _decide(body, context), body, context)
+        decision = await _apply(decision, body, context, logger)
         patch.status.update(decision.status)
         _record(context, body, _merged(body.get("status", {}) or {}, decision.status))
 
@@ -126,7 +130,8 @@ def build_registry(
         on the running Job and other changes are reported in the Planned condition."""
         context = _context(memo)
         if not status.get("jobName"):
-            decision = await _apply(await _decide(body, context), body, context, logger)
+            decision = await budgeted(await _decide(body, context), body, context)
+            decision = await _apply(decision, body, context, logger)
             patch.status.update(decision.status)
             return
         now = context.clock()
@@ -178,12 +183,14 @@ def build_registry(
         _record(context, body, _merged(body.get("status", {}) or {}, update.status))
 
     @kopf.on.delete(*_PLANS, optional=True, registry=registry)
-    def forget(*, body: kopf.Body, memo: Any, **_: Any) -> None:
-        """A deleted plan's ETA tracker and metrics go with it."""
+    async def forget(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+        """A deleted plan's ETA tracker and metrics go with it; its budget stops counting
+        its GPUs (what it used stays in the budget's window)."""
         context = _context(memo)
         namespace, name = body.meta.namespace or "default", body.meta.name or ""
         context.revisions.forget(namespace, name)
         context.metrics.forget(namespace, name)
+        await follow_budget(context, dict(body), None)
 
     async def child_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
         """A training Job or JobSet changed: carry its state to the plan's status."""
@@ -216,6 +223,8 @@ def build_registry(
                 namespace, plan_name, snapshot_from_status({**current, **update})
             )
             phase = update.get("phase")
+            if phase is not None:
+                await follow_budget(context, {**parent, "status": {**current, **update}}, phase)
             if phase in (Phase.SUCCEEDED.value, Phase.FAILED.value):
                 state = child_state(body)
                 await api.create(
@@ -238,6 +247,9 @@ def build_registry(
         labels={PLAN_LABEL: kopf.PRESENT},
         registry=registry,
     )(child_changed)
+    register_budgets(registry, config)
+    if config.webhook_port is not None:
+        register_admission(registry, config)
     return registry
 
 

@@ -24,7 +24,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from trainplan.api import Phase
+from trainplan.controller.budgets import BudgetSummary
 from trainplan.runtime.schema import (
+    BUDGET_GPU_HOURS,
     PLAN_ESTIMATED_COMPLETION_TIMESTAMP_SECONDS,
     PLAN_ETA_SECONDS,
     PLAN_FAILURES_TOTAL,
@@ -98,7 +100,16 @@ class OperatorMetrics(Collector):
     by identity (a registry keys its collectors)."""
 
     _plans: dict[tuple[str, str], PlanSnapshot] = field(default_factory=dict)
+    _budgets: dict[tuple[str, str], BudgetSummary] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record_budget(self, namespace: str, name: str, summary: BudgetSummary) -> None:
+        with self._lock:
+            self._budgets[(namespace, name)] = summary
+
+    def forget_budget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._budgets.pop((namespace, name), None)
 
     def record(self, namespace: str, name: str, snapshot: PlanSnapshot) -> None:
         with self._lock:
@@ -111,6 +122,7 @@ class OperatorMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             plans = dict(self._plans)
+            budgets = dict(self._budgets)
         labels = ["namespace", "plan"]
         info = InfoMetricFamily(PLAN_INFO.name.removesuffix("_info"), PLAN_INFO.help, labels=labels)
         phase = StateSetMetricFamily(PLAN_PHASE.name, PLAN_PHASE.help, labels=labels)
@@ -175,6 +187,22 @@ class OperatorMetrics(Collector):
         yield mfu
         yield failures
         yield hours
+        yield _budget_family(budgets)
+
+
+def _budget_family(budgets: Mapping[tuple[str, str], BudgetSummary]) -> Metric:
+    family = GaugeMetricFamily(
+        BUDGET_GPU_HOURS.name, BUDGET_GPU_HOURS.help, labels=list(BUDGET_GPU_HOURS.labels)
+    )
+    for (namespace, name), summary in sorted(budgets.items()):
+        for kind, value in (
+            ("limit", summary.limit_gpu_hours),
+            ("used", summary.used_gpu_hours),
+            ("committed", summary.committed_gpu_hours),
+            ("remaining", summary.remaining_gpu_hours),
+        ):
+            family.add_metric([namespace, name, kind], value)
+    return family
 
 
 def serve_metrics(metrics: OperatorMetrics, port: int, address: str = "0.0.0.0") -> tuple[Any, int]:

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainplan.api import ConditionType, Phase, TrainingPlanSpec, format_validation_errors
+from trainplan.controller.budgets import Verdict
 from trainplan.controller.conditions import ConditionStatus, make_condition, merge_conditions
 from trainplan.launcher import LauncherError, PlanRef, job_name, render_for
 from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
@@ -150,6 +151,62 @@ def decide_launch(
     if generation is not None:
         status["observedGeneration"] = generation
     return LaunchDecision(tuple(objects), status, True, "Planned", summary)
+
+
+def within_budget(
+    decision: LaunchDecision,
+    verdict: Verdict,
+    budget_name: str,
+    *,
+    name: str,
+    namespace: str,
+    uid: str | None,
+    generation: int | None,
+    previous_status: Mapping[str, Any],
+    catalog: Catalog,
+    now: datetime,
+) -> LaunchDecision:
+    """The launch decision after the budget's verdict: rejected (reason OverBudget),
+    re-planned from the downsized spec, or as it was; with condition BudgetExceeded
+    (True when admitted over budget under Warn) and the verdict in the event message."""
+    if not verdict.allowed:
+        return reject(
+            [f"GPUBudget {budget_name}: {verdict.message}"],
+            "OverBudget",
+            generation=generation,
+            previous_status=previous_status,
+            now=now,
+        )
+    downsized = verdict.spec is not None and bool(verdict.message) and not verdict.exceeded
+    if downsized and verdict.spec is not None:  # launch the smaller plan
+        decision = decide_launch(
+            name=name,
+            namespace=namespace,
+            uid=uid,
+            generation=generation,
+            spec_document=verdict.spec.to_document(),
+            previous_status=previous_status,
+            catalog=catalog,
+            now=now,
+        )
+    exceeded = make_condition(
+        ConditionType.BUDGET_EXCEEDED,
+        "True" if verdict.exceeded else "False",
+        "OverBudget" if verdict.exceeded else "WithinBudget",
+        verdict.message if verdict.exceeded else f"admitted by GPUBudget {budget_name}",
+        now=now,
+        generation=generation,
+    )
+    status = {
+        **decision.status,
+        "conditions": merge_conditions(decision.status.get("conditions"), [exceeded]),
+    }
+    message = f"{decision.event_message}; GPUBudget {budget_name}: " + (
+        "; ".join(verdict.warnings) or "admitted"
+    )
+    return LaunchDecision(
+        decision.objects, status, decision.accepted, decision.event_reason, message
+    )
 
 
 def changes_after_launch(

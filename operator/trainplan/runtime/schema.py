@@ -256,7 +256,7 @@ PLAN_GPU_HOURS: Final = MetricSpec(
 )
 BUDGET_GPU_HOURS: Final = MetricSpec(
     "trainplan_budget_gpu_hours",
-    "GPU-hours of a GPUBudget: its limit, used and committed (label kind).",
+    "GPU-hours of a GPUBudget: its limit, used, committed and remaining (label kind).",
     MetricType.GAUGE,
     labels=("namespace", "budget", "kind"),
 )

@@ -1,0 +1,221 @@
+"""GPU budgets in the reconcile path, against kmock: plans over budget are rejected
+with the numbers, Warn admits with BudgetExceeded, Downsize launches a smaller plan,
+concurrent plans cannot share one remainder, the ledger follows the plan's phases, and
+malformed or missing budgets are reported."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.harness import JOBS, Cluster, OperatorProcess
+from trainplan.api import TrainingPlanSpec
+from trainplan.controller import OperatorConfig
+from trainplan.planner import Catalog, plan
+
+pytestmark = pytest.mark.asyncio
+
+SPEC: dict[str, Any] = {
+    "model": {"preset": "pythia-1b"},
+    "data": {"tokens": 1e9},
+    "batch": {"globalBatchSize": 64},
+    "objective": {"gpus": 8},
+    "job": {"image": "registry.example/train:1.0"},
+}
+
+
+def _plan(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainplan.dev/v1alpha1",
+        "kind": "TrainingPlan",
+        "metadata": {"name": name},
+        "spec": {**SPEC, **spec},
+    }
+
+
+@pytest.fixture(scope="module")
+def needs(catalog: Catalog) -> float:
+    """GPU-hours the test plan is projected to use."""
+    return plan(TrainingPlanSpec.model_validate(SPEC), catalog).gpu_hours
+
+
+@pytest_asyncio.fixture()
+async def budget_operator(cluster: Cluster, catalog: Catalog) -> AsyncIterator[OperatorProcess]:
+    config = OperatorConfig(
+        metrics_port=0,
+        metrics_address="127.0.0.1",
+        eta_interval_seconds=0.2,
+        budget_interval_seconds=0.2,
+    )
+    process = OperatorProcess(cluster, catalog, config)
+    await process.start()
+    yield process
+    await process.stop()
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    conditions = obj.get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == kind), {})
+
+
+def _events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
+    return [e for e in cluster.objects("v1/events").values() if e.get("reason") == reason]
+
+
+async def test_over_budget_is_rejected_with_the_numbers(
+    budget_operator: OperatorProcess, cluster: Cluster, needs: float
+) -> None:
+    await cluster.apply_budget("team-a", {"gpuHours": needs * 0.5, "period": "30d"})
+    name = await cluster.apply_plan(_plan("too-big"))
+    rejected = await cluster.wait_for_phase(name, "Rejected")
+    planned = _condition(rejected, "Planned")
+    assert planned["reason"] == "OverBudget"
+    assert f"needs {needs:,.0f} GPU-hours; team-a has" in planned["message"]
+    assert "left in the last 30d" in planned["message"]
+    assert cluster.objects(JOBS) == {}
+    await cluster.wait_for(lambda: bool(_events(cluster, "OverBudget")), "an OverBudget event")
+
+
+async def test_admitted_plan_is_accounted_through_its_life(
+    budget_operator: OperatorProcess, cluster: Cluster, needs: float
+) -> None:
+    await cluster.apply_budget("team-a", {"gpuHours": needs * 10, "period": "7d"})
+    name = await cluster.apply_plan(_plan("fits"))
+    launched = await cluster.wait_for_phase(name, "Launching")
+    assert _condition(launched, "BudgetExceeded")["status"] == "False"
+    budget = cluster.budget("team-a")
+    ledger = budget["status"]["ledger"]
+    assert [(u["name"], u["gpus"], u["finished"]) for u in ledger] == [("fits", 8, False)]
+    assert budget["status"]["committedGPUHours"] == pytest.approx(needs, abs=1e-3)
+    assert budget["status"]["activePlans"] == ["fits"]
+    assert budget["status"]["gpusInUse"] == 8
+
+    # The pods run: an interval opens at the Job's start; time counts as used.
+    job = launched["status"]["jobName"]
+    await cluster.write_job_status(job, {"active": 1, "startTime": "2026-11-22T00:00:00Z"})
+    await cluster.wait_for_phase(name, "Running")
+    await cluster.wait_for(
+        lambda: bool(cluster.budget("team-a")["status"]["ledger"][0].get("intervals")),
+        "an open interval",
+    )
+    interval = cluster.budget("team-a")["status"]["ledger"][0]["intervals"][0]
+    assert interval["start"].startswith("2026-11-22T00:00:00")
+    assert "end" not in interval
+    await cluster.wait_for(
+        lambda: cluster.budget("team-a")["status"]["usedGPUHours"] > 0, "used GPU-hours"
+    )
+
+    # The Job completes: the interval closes at its completion, nothing stays committed.
+    await cluster.write_job_status(
+        job,
+        {
+            "active": 0,
+            "succeeded": 1,
+            "completionTime": "2026-11-22T01:00:00Z",
+            "conditions": [{"type": "Complete", "status": "True"}],
+        },
+    )
+    await cluster.wait_for_phase(name, "Succeeded")
+    await cluster.wait_for(
+        lambda: cluster.budget("team-a")["status"]["ledger"][0]["finished"], "the plan finished"
+    )
+    status = cluster.budget("team-a")["status"]
+    assert status["ledger"][0]["intervals"][0]["end"].startswith("2026-11-22T01:00:00")
+    assert status["usedGPUHours"] == pytest.approx(8.0, abs=1e-3)  # 8 GPUs for one hour
+    assert status["committedGPUHours"] == 0
+    assert status["activePlans"] == []
+    assert status["remainingGPUHours"] == pytest.approx(needs * 10 - 8.0, abs=1e-3)
+
+    # The operator metrics carry the budget.
+    url = f"http://127.0.0.1:{budget_operator.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as page:
+        text = page.read().decode()
+    series = {
+        sample.labels["kind"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "trainplan_budget_gpu_hours" and sample.labels["budget"] == "team-a"
+    }
+    assert series["limit"] == pytest.approx(needs * 10)
+    assert series["used"] == pytest.approx(8.0, abs=1e-3)
+    assert set(series) == {"limit", "used", "committed", "remaining"}
+
+
+async def test_two_plans_at_once_cannot_share_one_remainder(
+    budget_operator: OperatorProcess, cluster: Cluster, needs: float
+) -> None:
+    await cluster.apply_budget("team-a", {"gpuHours": needs * 1.5, "period": "30d"})
+    names = await asyncio.gather(
+        cluster.apply_plan(_plan("first")), cluster.apply_plan(_plan("second"))
+    )
+    await cluster.wait_for(
+        lambda: all(
+            cluster.plan(n).get("status", {}).get("phase") in ("Launching", "Rejected")
+            for n in names
+        ),
+        "both plans decided",
+    )
+    phases = sorted(cluster.plan(n)["status"]["phase"] for n in names)
+    assert phases == ["Launching", "Rejected"]
+    assert len(cluster.objects(JOBS)) == 1
+    ledger = cluster.budget("team-a")["status"]["ledger"]
+    assert len(ledger) == 1
+
+
+async def test_warn_admits_with_budget_exceeded(
+    budget_operator: OperatorProcess, cluster: Cluster, needs: float
+) -> None:
+    await cluster.apply_budget(
+        "team-a", {"gpuHours": needs * 0.5, "period": "30d", "enforcement": "Warn"}
+    )
+    name = await cluster.apply_plan(_plan("warned"))
+    launched = await cluster.wait_for_phase(name, "Launching")
+    exceeded = _condition(launched, "BudgetExceeded")
+    assert exceeded["status"] == "True"
+    assert "needs" in exceeded["message"]
+    await cluster.wait_for(lambda: bool(_events(cluster, "BudgetWarning")), "a warning event")
+
+
+async def test_downsize_launches_under_the_gpu_ceiling(
+    budget_operator: OperatorProcess, cluster: Cluster, needs: float
+) -> None:
+    await cluster.apply_budget(
+        "team-a",
+        {"gpuHours": needs * 10, "period": "30d", "maxGPUs": 4, "enforcement": "Downsize"},
+    )
+    name = await cluster.apply_plan(_plan("downsized"))
+    launched = await cluster.wait_for_phase(name, "Launching")
+    assert launched["status"]["gpus"] == 4
+    assert cluster.budget("team-a")["status"]["ledger"][0]["gpus"] == 4
+    await cluster.wait_for(
+        lambda: any(
+            "downsized to 4 GPUs" in e["message"] for e in _events(cluster, "BudgetWarning")
+        ),
+        "the downsizing warning",
+    )
+
+
+async def test_malformed_and_missing_budgets_are_reported(
+    budget_operator: OperatorProcess, cluster: Cluster
+) -> None:
+    await cluster.apply_budget("broken", {"gpuHours": -5, "period": "30d"})
+    await cluster.wait_for(
+        lambda: _condition(cluster.budget("broken"), "Valid").get("status") == "False",
+        "Valid=False on the malformed budget",
+    )
+    assert "gpuHours" in _condition(cluster.budget("broken"), "Valid")["message"]
+    name = await cluster.apply_plan(_plan("on-broken", budgetRef="broken"))
+    rejected = await cluster.wait_for_phase(name, "Rejected")
+    assert _condition(rejected, "Planned")["reason"] == "InvalidBudget"
+
+    missing = await cluster.apply_plan(_plan("on-missing", budgetRef="nowhere"))
+    rejected = await cluster.wait_for_phase(missing, "Rejected")
+    planned = _condition(rejected, "Planned")
+    assert planned["reason"] == "BudgetNotFound"
+    assert "'nowhere' not found" in planned["message"]

@@ -1,0 +1,302 @@
+"""Integration: the GPU-budget admission webhook over real HTTPS. The real operator (Kopf's
+webhook server) runs against kmock's emulator holding GPUBudgets; AdmissionReview requests
+go to it as the API server would send them, over TLS verified against its certificate."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import socket
+import ssl
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from tests.integration.harness import WAIT_SECONDS, Cluster, OperatorProcess
+from trainplan.api import TrainingPlanSpec
+from trainplan.controller import OperatorConfig
+from trainplan.controller.tls import self_signed_certificate
+from trainplan.planner import Catalog, plan
+
+pytestmark = pytest.mark.asyncio
+
+HOST = "127.0.0.1"
+SPEC: dict[str, Any] = {
+    "model": {"preset": "pythia-1b"},
+    "data": {"tokens": 1e9},
+    "batch": {"globalBatchSize": 64},
+    "objective": {"gpus": 8},
+    "job": {"image": "registry.example/train:1.0"},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+@pytest.fixture
+def gpu_hours(catalog: Catalog) -> float:
+    """GPU-hours of SPEC's plan (8 GPUs)."""
+    return plan(TrainingPlanSpec.model_validate(SPEC), catalog).gpu_hours
+
+
+class Webhook:
+    """The operator's webhook server as the API server calls it."""
+
+    def __init__(self, port: int, context: ssl.SSLContext) -> None:
+        self.port = port
+        self.url = f"https://{HOST}:{port}/budget"  # Kopf routes /<handler id>
+        self.context = context
+
+    async def review(
+        self, spec: dict[str, Any], *, namespace: str = "default", name: str = "job"
+    ) -> dict[str, Any]:
+        """Send one AdmissionReview for a new TrainingPlan; its `response`."""
+        uid = str(uuid.uuid4())
+        request = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "kind": {"group": "trainplan.dev", "version": "v1alpha1", "kind": "TrainingPlan"},
+                "resource": {
+                    "group": "trainplan.dev",
+                    "version": "v1alpha1",
+                    "resource": "trainingplans",
+                },
+                "name": name,
+                "namespace": namespace,
+                "operation": "CREATE",
+                "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+                "object": {
+                    "apiVersion": "trainplan.dev/v1alpha1",
+                    "kind": "TrainingPlan",
+                    "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())},
+                    "spec": spec,
+                },
+                "dryRun": False,
+            },
+        }
+        timeout = aiohttp.ClientTimeout(total=WAIT_SECONDS)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.post(self.url, json=request, ssl=self.context) as response,
+        ):
+            assert response.status == 200, await response.text()
+            review: dict[str, Any] = await response.json()
+        assert review["kind"] == "AdmissionReview"
+        answer: dict[str, Any] = review["response"]
+        assert answer["uid"] == uid
+        return answer
+
+    async def wait_until_serving(self) -> None:
+        """Kopf starts its webhook server once it has discovered the resources."""
+        deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+        while True:
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(HOST, self.port), 1.0)
+            except (OSError, TimeoutError):
+                if asyncio.get_running_loop().time() > deadline:
+                    raise AssertionError("the webhook server did not start") from None
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            await writer.wait_closed()
+            return
+
+
+async def _create_budget(cluster: Cluster, name: str, spec: dict[str, Any]) -> None:
+    """`kubectl apply` of a GPUBudget in `default`."""
+    body = {
+        "apiVersion": "trainplan.dev/v1alpha1",
+        "kind": "GPUBudget",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": str(uuid.uuid4()),
+            "generation": 1,
+        },
+        "spec": {"period": "30d", **spec},
+    }
+    url = f"{cluster.url}/apis/trainplan.dev/v1alpha1/namespaces/default/gpubudgets"
+    timeout = aiohttp.ClientTimeout(total=WAIT_SECONDS)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.post(url, json=body) as response,
+    ):
+        assert response.status in (200, 201), await response.text()
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> Path:
+    """A mounted kubernetes.io/tls Secret: tls.crt and tls.key for 127.0.0.1."""
+    cert_pem, key_pem = self_signed_certificate([HOST])
+    (tmp_path / "tls.crt").write_bytes(cert_pem)
+    (tmp_path / "tls.key").write_bytes(key_pem)
+    return tmp_path
+
+
+async def _start(
+    cluster: Cluster, catalog: Catalog, port: int, certificate: Path | None
+) -> OperatorProcess:
+    config = OperatorConfig(
+        metrics_port=0,
+        metrics_address=HOST,
+        webhook_port=port,
+        webhook_address=HOST,
+        webhook_cert_path=None if certificate is None else str(certificate / "tls.crt"),
+        webhook_key_path=None if certificate is None else str(certificate / "tls.key"),
+    )
+    process = OperatorProcess(cluster, catalog, config)
+    await process.start()
+    return process
+
+
+@pytest_asyncio.fixture()
+async def webhook(
+    cluster: Cluster, catalog: Catalog, certificate: Path, gpu_hours: float
+) -> AsyncIterator[Webhook]:
+    """The operator serving the webhook with the Secret's certificate, and five budgets in
+    `default`: roomy and tight (Reject, above and below the plan's GPU-hours), lenient
+    (Warn, below), capped (Downsize, 4 GPUs at most) and broken (a malformed spec)."""
+    budgets = {
+        "roomy": {"gpuHours": gpu_hours * 1.5, "enforcement": "Reject"},
+        "tight": {"gpuHours": gpu_hours * 0.6, "enforcement": "Reject"},
+        "lenient": {"gpuHours": gpu_hours * 0.6, "enforcement": "Warn"},
+        "capped": {"gpuHours": gpu_hours * 10, "maxGPUs": 4, "enforcement": "Downsize"},
+        "broken": {"gpuHours": -1},
+    }
+    for name, spec in budgets.items():
+        await _create_budget(cluster, name, spec)
+    port = _free_port()
+    process = await _start(cluster, catalog, port, certificate)
+    try:
+        verified = ssl.create_default_context(cafile=certificate / "tls.crt")
+        served = Webhook(port, verified)
+        await served.wait_until_serving()
+        yield served
+    finally:
+        await process.stop()
+
+
+def _with_budget(budget: str | None) -> dict[str, Any]:
+    spec = copy.deepcopy(SPEC)
+    if budget is not None:
+        spec["budgetRef"] = budget
+    return spec
+
+
+async def test_a_plan_that_fits_is_allowed(webhook: Webhook) -> None:
+    answer = await webhook.review(_with_budget("roomy"))
+    assert answer["allowed"] is True
+    assert "warnings" not in answer
+    assert "status" not in answer
+
+
+async def test_a_plan_over_the_gpu_hours_is_denied(webhook: Webhook, gpu_hours: float) -> None:
+    answer = await webhook.review(_with_budget("tight"))
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 403
+    left = _hours(gpu_hours * 0.6)
+    assert answer["status"]["message"] == (
+        f"needs {_hours(gpu_hours)} GPU-hours; tight has {left} of {left} left in the last 30d"
+    )
+
+
+async def test_warn_allows_with_a_warning(webhook: Webhook, gpu_hours: float) -> None:
+    answer = await webhook.review(_with_budget("lenient"))
+    assert answer["allowed"] is True
+    left = _hours(gpu_hours * 0.6)
+    assert answer["warnings"] == [
+        f"over budget: needs {_hours(gpu_hours)} GPU-hours; lenient has {left} of {left}"
+        " left in the last 30d"
+    ]
+
+
+async def test_downsize_allows_on_fewer_gpus_with_a_warning(webhook: Webhook) -> None:
+    answer = await webhook.review(_with_budget("capped"))
+    assert answer["allowed"] is True
+    assert answer["warnings"] == [
+        "downsized to 4 GPUs to fit capped (needs 8 GPUs at once; capped allows 4 and 0 are in use)"
+    ]
+
+
+async def test_a_malformed_spec_is_denied_with_its_field_path(webhook: Webhook) -> None:
+    spec = _with_budget("roomy")
+    spec["data"] = {"tokens": -1.0}
+    spec["batch"]["globalBatchSize"] = "many"
+    answer = await webhook.review(spec)
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 422
+    message = answer["status"]["message"]
+    assert "spec.data.tokens" in message
+    assert "spec.batch.globalBatchSize" in message
+
+
+async def test_budget_lookup_failures_are_denied(webhook: Webhook) -> None:
+    missing = await webhook.review(_with_budget("nonexistent"))
+    assert missing["allowed"] is False
+    assert missing["status"]["code"] == 403
+    assert missing["status"]["message"] == "GPUBudget 'nonexistent' not found in default"
+    ambiguous = await webhook.review(_with_budget(None))
+    assert ambiguous["allowed"] is False
+    assert "namespace default has 5 GPUBudgets" in ambiguous["status"]["message"]
+    assert "name one in spec.budgetRef" in ambiguous["status"]["message"]
+    broken = await webhook.review(_with_budget("broken"))
+    assert broken["allowed"] is False
+    assert broken["status"]["code"] == 403
+    assert broken["status"]["message"].startswith("GPUBudget broken is invalid: spec.gpuHours")
+
+
+async def test_a_namespace_without_budget_allows(webhook: Webhook) -> None:
+    answer = await webhook.review(_with_budget(None), namespace="unbudgeted")
+    assert answer["allowed"] is True
+    assert "status" not in answer
+
+
+async def _served_certificate(port: int) -> str:
+    """The certificate the server presents (read without verifying it), PEM."""
+    unverified = ssl.create_default_context()
+    unverified.check_hostname = False
+    unverified.verify_mode = ssl.CERT_NONE
+    _, writer = await asyncio.wait_for(
+        asyncio.open_connection(HOST, port, ssl=unverified), WAIT_SECONDS
+    )
+    try:
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    return ssl.DER_cert_to_PEM_cert(der)
+
+
+async def test_self_signed_mode(cluster: Cluster, catalog: Catalog, gpu_hours: float) -> None:
+    """Without certificate files the server makes its own for its address; a client that
+    trusts that certificate (as a managed configuration's caBundle does) verifies it."""
+    await _create_budget(cluster, "tight", {"gpuHours": gpu_hours * 0.6})
+    port = _free_port()
+    process = await _start(cluster, catalog, port, None)
+    try:
+        await Webhook(port, ssl.create_default_context()).wait_until_serving()
+        pem = await _served_certificate(port)
+        webhook = Webhook(port, ssl.create_default_context(cadata=pem))
+        answer = await webhook.review(SPEC)
+        assert answer["allowed"] is False
+        assert answer["status"]["code"] == 403
+        assert answer["status"]["message"].startswith(f"needs {_hours(gpu_hours)} GPU-hours")
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await Webhook(port, ssl.create_default_context()).review(SPEC)
+    finally:
+        await process.stop()
