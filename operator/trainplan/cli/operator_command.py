@@ -50,12 +50,26 @@ from trainplan.planner import load_catalog
     help="Port of the operator metrics (/metrics); 0 for any free port.",
 )
 @click.option(
+    "--metrics-address",
+    default=OperatorConfig().metrics_address,
+    show_default=True,
+    help="Address the operator metrics server listens on.",
+)
+@click.option(
     "--eta-interval",
     "eta_interval_seconds",
     type=float,
     default=OperatorConfig().eta_interval_seconds,
     show_default=True,
     help="Seconds between ETA revisions of each running plan.",
+)
+@click.option(
+    "--budget-interval",
+    "budget_interval_seconds",
+    type=float,
+    default=OperatorConfig().budget_interval_seconds,
+    show_default=True,
+    help="Seconds between revisions of each GPUBudget's figures.",
 )
 @click.option(
     "--prometheus-url",
@@ -102,7 +116,9 @@ def command(
     watch_timeout_seconds: float,
     request_timeout_seconds: float,
     metrics_port: int,
+    metrics_address: str,
     eta_interval_seconds: float,
+    budget_interval_seconds: float,
     prometheus_url: str | None,
     webhook_port: int | None,
     webhook_address: str,
@@ -125,7 +141,9 @@ def command(
         watch_client_timeout_seconds=watch_timeout_seconds + 60,
         request_timeout_seconds=request_timeout_seconds,
         metrics_port=metrics_port,
+        metrics_address=metrics_address,
         eta_interval_seconds=eta_interval_seconds,
+        budget_interval_seconds=budget_interval_seconds,
         prometheus_url=prometheus_url,
         webhook_port=webhook_port,
         webhook_address=webhook_address,
