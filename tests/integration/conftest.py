@@ -11,13 +11,11 @@ import pytest_asyncio
 from aiohttp import web
 
 from tests.integration.harness import (
-    CLUSTER_RESOURCES,
-    RESOURCES,
-    VERBS,
     Cluster,
     OperatorProcess,
     TrainingPod,
     VersionedEmulator,
+    declare_resources,
 )
 from trainplan.controller import OperatorConfig
 from trainplan.planner import Catalog
@@ -31,16 +29,7 @@ def kmock_options() -> dict[str, Any]:
 
 @pytest_asyncio.fixture()
 async def cluster(kmock: kmock.KubernetesEmulator) -> Cluster:
-    scoped = [(RESOURCES, True), (CLUSTER_RESOURCES, False)]
-    for resources, namespaced in scoped:
-        for resource, info in resources.items():
-            kmock.resources[resource] = kmock.ResourceInfo(
-                kind=info["kind"],
-                singular=info["singular"],
-                subresources=info["subresources"],
-                verbs=VERBS,
-                namespaced=namespaced,
-            )
+    declare_resources(kmock)
     return Cluster(kmock)
 
 

@@ -22,7 +22,6 @@ import attrs
 import kmock
 import kopf
 from aiohttp import web
-from kmock._internal.k8s import KubernetesError
 
 from trainplan.controller import ControllerContext, OperatorConfig, run_operator
 from trainplan.planner import Catalog
@@ -64,8 +63,21 @@ CLUSTER_RESOURCES: dict[str, dict[str, Any]] = {
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 
 
+def declare_resources(emulator: kmock.KubernetesEmulator) -> None:
+    """Tell the emulator the resources trainplan and Kopf use (it knows none by itself)."""
+    for resources, namespaced in ((RESOURCES, True), (CLUSTER_RESOURCES, False)):
+        for resource, info in resources.items():
+            emulator.resources[resource] = kmock.ResourceInfo(
+                kind=info["kind"],
+                singular=info["singular"],
+                subresources=info["subresources"],
+                verbs=VERBS,
+                namespaced=namespaced,
+            )
+
+
 @attrs.frozen
-class ResourceVersionConflictError(KubernetesError):
+class ResourceVersionConflictError(kmock.KubernetesError):
     """What the API server answers a JSON patch whose `test` op fails."""
 
     status: int = 422
@@ -74,7 +86,7 @@ class ResourceVersionConflictError(KubernetesError):
 
 
 @attrs.frozen
-class ResourceVersionChangedError(KubernetesError):
+class ResourceVersionChangedError(kmock.KubernetesError):
     """What the API server answers a patch that names a resourceVersion no longer current."""
 
     status: int = 409
