@@ -324,15 +324,5 @@ async def _refresh_once(
     live = {(_name(p), p.get("metadata", {}).get("uid")) for p in plans}
     for usage in list(ledger):
         if not usage.finished and (usage.name, usage.uid) not in live:
-            ledger = replace_usage(
-                ledger,
-                follow_phase(
-                    usage,
-                    phase=None,
-                    start_time=None,
-                    end_time=None,
-                    projected_gpu_hours=None,
-                    now=now,
-                ),
-            )
+            ledger = replace_usage(ledger, release(usage, now))  # deleted while we were away
     return await _write(api, budget_body, ledger, now)

@@ -101,7 +101,7 @@ async def follow_budget(
     try:
         written = await follow_plan(context.api(), plan_body, phase=phase, now=context.clock())
         await record_write(context, written)
-    except KubernetesApiError as error:
+    except (KubernetesApiError, ValueError) as error:  # ValueError: a malformed budget
         logger.warning(f"updating the budget of {plan_body['metadata'].get('name')}: {error}")
 
 

@@ -150,7 +150,8 @@ def follow_phase(
 ) -> PlanUsage:
     """The plan's entry after its status changed: an interval opens when its pods start
     holding GPUs (at the Job's start time, the first time) and closes when they stop
-    (suspended or ended). A plan with no phase yet is left as it is."""
+    (suspended or ended); a plan first seen ended held them from the Job's start to its
+    end. A plan with no phase yet is left as it is."""
     if phase is None:
         return usage
     intervals = list(usage.intervals)
@@ -162,6 +163,12 @@ def follow_phase(
     elif not holding and is_open:
         end = end_time if (end_time is not None and phase in ENDED_PHASES) else now
         intervals[-1] = UsageInterval(start=intervals[-1].start, end=max(end, intervals[-1].start))
+    elif phase in ENDED_PHASES and not intervals and start_time is not None and not usage.finished:
+        # Ended without ever being seen holding GPUs (the operator was away, or adopted
+        # after the end): its pods held them from the Job's start to its end.
+        start = min(start_time, now)
+        end = end_time if end_time is not None else now
+        intervals.append(UsageInterval(start=start, end=max(end, start)))
     projected = usage.projected_gpu_hours if projected_gpu_hours is None else projected_gpu_hours
     return usage.model_copy(
         update={
