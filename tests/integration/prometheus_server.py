@@ -42,6 +42,17 @@ def prometheus_binary() -> str:
     return binary
 
 
+def promtool_binary() -> str:
+    """promtool (Debian's prometheus package ships it), or skip (by hand) / fail (CI)."""
+    binary = shutil.which("promtool")
+    if binary is None:
+        reason = "promtool is not installed (make test installs Debian's prometheus package)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return binary
+
+
 class PrometheusServer:
     """Prometheus scraping the given targets every second, until `stop()`."""
 

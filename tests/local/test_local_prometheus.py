@@ -1,5 +1,7 @@
 """End to end: a real local run (2 processes, gloo) scraped by a real Prometheus server
-on 127.0.0.1; PromQL on its ETA series returns data, and the ETA converges."""
+on 127.0.0.1; PromQL on its ETA series returns data, and the ETA converges; every query of
+the Grafana dashboard and every alert rule is accepted, and returns data where a local run
+has the series."""
 
 from __future__ import annotations
 
@@ -11,18 +13,26 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from tests.dashboard_queries import (
+    MAYBE_ABSENT_LOCALLY,
+    Query,
+    dashboard_queries,
+    metric_names,
+    variable_queries,
+)
 from tests.integration.prometheus_server import PrometheusServer, free_port, prometheus_binary
 from trainplan.api import parse_training_plan_spec
-from trainplan.local.launch import plan_locally
+from trainplan.dashboards import alert_rules
+from trainplan.local.launch import LOCAL_NAMESPACE, plan_locally
 from trainplan.local.runner import LocalOptions, LocalResult, run_local
 from trainplan.planner import load_catalog
 
 STEPS = 80
 
 
-def _spec() -> dict[str, Any]:
+def _spec(steps: int = STEPS) -> dict[str, Any]:
     document: dict[str, Any] = yaml.safe_load(Path("deploy/examples/tiny-local.yaml").read_text())
-    document["spec"]["data"] = {"samples": 16 * STEPS, "epochs": 1}
+    document["spec"]["data"] = {"samples": 16 * steps, "epochs": 1}
     document["spec"]["reliability"] = {"checkpointIntervalSteps": 20, "checkpointSeconds": 1}
     return document
 
@@ -79,3 +89,71 @@ def test_prometheus_scrapes_a_local_run_and_the_eta_converges(tmp_path: Path) ->
     # Converges: the error shrinks from a quarter to three quarters of the way.
     assert error_at(0.75) < error_at(0.25) or error_at(0.75) < 0.03
     assert error_at(0.75) < 0.10
+
+
+DASHBOARD_PLAN = "promdash"
+DASHBOARD_STEPS = 50
+OPERATOR_JOB = "trainplan-metrics"
+"""The local exporter's scrape job, named as the chart's operator Service (the operator
+series, and the OperatorDown rule's `up`)."""
+
+
+def test_dashboard_and_alert_queries_run_against_a_local_run(tmp_path: Path) -> None:
+    """Every dashboard query (variables set to the run's namespace and plan) and every
+    alert expression is accepted. The variables, the panels' queries and the quantities
+    the alerts threshold return data while the run goes, except where they read series a
+    local run lacks: the GPU series without NVML, and the deadline, phase and budget
+    series (the DeadlineAtRisk and budget alerts)."""
+    prometheus_binary()
+    variables = variable_queries(LOCAL_NAMESPACE, DASHBOARD_PLAN)
+    queries = [
+        *dashboard_queries(LOCAL_NAMESPACE, DASHBOARD_PLAN),
+        *(Query(f"{rule.alert} quantity", rule.quantity) for rule in alert_rules()),
+    ]
+    expected = variables + [q for q in queries if not metric_names(q.expr) & MAYBE_ABSENT_LOCALLY]
+    assert len(expected) >= 14
+    queries += variables
+    spec = parse_training_plan_spec(_spec(DASHBOARD_STEPS))
+    local = plan_locally(DASHBOARD_PLAN, spec, 2, load_catalog())
+    exporter_port, trainer_port = free_port(), free_port()
+    options = LocalOptions(
+        work_dir=tmp_path / "work",
+        metrics_port=exporter_port,
+        metrics_address="127.0.0.1",
+        trainer_metrics_port=trainer_port,
+        scrape_interval=0.5,
+        show=False,
+    )
+    outcome: list[LocalResult] = []
+    runner = threading.Thread(
+        target=lambda: outcome.append(run_local(local, options, None, Console(file=io.StringIO())))
+    )
+    prometheus = PrometheusServer(
+        tmp_path,
+        {OPERATOR_JOB: f"127.0.0.1:{exporter_port}", "training": f"127.0.0.1:{trainer_port}"},
+        # What the chart's PodMonitor adds to the training pods' series.
+        {"training": {"namespace": LOCAL_NAMESPACE, "plan": DASHBOARD_PLAN}},
+    )
+    runner.start()
+    try:
+        pending = list(expected)
+        for _ in range(200):  # bounded: at most about 50 s
+            pending = [q for q in pending if not prometheus.query(q.expr)]
+            if not pending or not runner.is_alive():
+                break
+            threading.Event().wait(0.25)
+        assert not pending, f"no data for {[(q.source, q.expr) for q in pending]}"
+        # Every expression is accepted (`query` asserts the API's success), including the
+        # alerts' own and those with no local series.
+        for query in queries:
+            prometheus.query(query.expr)
+        for rule in alert_rules():
+            prometheus.query(rule.expr)
+        namespaces = prometheus.query(variable_queries()[0].expr)
+        assert {r["metric"]["namespace"] for r in namespaces} == {LOCAL_NAMESPACE}
+    finally:
+        runner.join(timeout=120)
+        prometheus.stop()
+    assert not runner.is_alive()
+    (result,) = outcome
+    assert result.exit_code == 0

@@ -53,6 +53,8 @@ DESIGN_OPERATOR_METRICS = {
     "trainplan_plan_mfu",
     "trainplan_plan_failures_total",
     "trainplan_plan_gpu_hours",
+    "trainplan_plan_deadline_timestamp_seconds",
+    "trainplan_plan_lost_seconds",
     "trainplan_budget_gpu_hours",
 }
 

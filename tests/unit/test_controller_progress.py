@@ -194,3 +194,37 @@ def test_operator_metrics_use_design_names() -> None:
     assert names["trainplan_plan_progress_ratio"].value == 0.4
     metrics.forget("team-a", "llama")
     assert "trainplan_plan_gpus" not in generate_latest(registry).decode().split("# TYPE")[-1]
+
+
+def test_operator_metrics_give_the_deadline_and_the_time_lost() -> None:
+    status = {
+        "phase": "Running",
+        "startTime": "2026-11-22T00:00:00Z",
+        "failures": {"count": 2, "lastReason": "OOMKilled", "lostSeconds": 90.5},
+    }
+    snapshot = snapshot_from_status(status, {"objective": {"deadline": "36h"}})
+    start = datetime(2026, 11, 22, tzinfo=UTC).timestamp()
+    assert snapshot.deadline_timestamp_seconds == start + 36 * 3600
+    assert snapshot.lost_seconds == 90.5
+    metrics = OperatorMetrics()
+    metrics.record("team-a", "llama", snapshot)
+    registry = CollectorRegistry()
+    registry.register(metrics)
+    samples = {
+        sample.name: sample
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for sample in family.samples
+    }
+    deadline = samples["trainplan_plan_deadline_timestamp_seconds"]
+    assert deadline.labels == {"namespace": "team-a", "plan": "llama"}
+    assert deadline.value == start + 36 * 3600
+    assert samples["trainplan_plan_lost_seconds"].value == 90.5
+    # No deadline without a start, without an objective deadline, or with an unreadable one.
+    for spec, start_time in (
+        ({"objective": {"deadline": "36h"}}, None),
+        ({"objective": {"gpus": 8}}, "2026-11-22T00:00:00Z"),
+        ({"objective": {"deadline": "soon"}}, "2026-11-22T00:00:00Z"),
+    ):
+        other = snapshot_from_status({"startTime": start_time}, spec)
+        assert other.deadline_timestamp_seconds is None
+    assert snapshot_from_status(status).deadline_timestamp_seconds is None

@@ -57,9 +57,17 @@ def plan_command(files: tuple[Path, ...], output: str) -> None:
 
 def _register_commands() -> None:
     """The subcommands that live in their own modules."""
-    from trainplan.cli import crds_command, operator_command, render_command, run_command
+    from trainplan.cli import (
+        crds_command,
+        dashboard_command,
+        operator_command,
+        render_command,
+        run_command,
+    )
 
     main.add_command(crds_command.command)
+    main.add_command(dashboard_command.dashboard_command)
+    main.add_command(dashboard_command.alerts_command)
     main.add_command(operator_command.command)
     main.add_command(render_command.command)
     main.add_command(run_command.command)

@@ -55,6 +55,13 @@ from trainplan.planner import InfeasiblePlanError, PlanInputError, load_catalog
     help="Port of the plan's metrics (0: any free port).",
 )
 @click.option(
+    "--trainer-metrics-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Port of the trainer's series on 127.0.0.1, for a local Prometheus (0: any free port).",
+)
+@click.option(
     "--scrape-interval",
     type=click.FloatRange(0.1, 60),
     default=1.0,
@@ -69,6 +76,7 @@ def command(
     eta_log: Path | None,
     report: Path | None,
     metrics_port: int,
+    trainer_metrics_port: int,
     scrape_interval: float,
 ) -> None:
     """Run the TrainingPlan in FILE locally: torchrun with NPROC CPU processes, restarted
@@ -102,6 +110,7 @@ def command(
         eta_log=eta_log,
         report_dir=report,
         metrics_port=metrics_port,
+        trainer_metrics_port=trainer_metrics_port,
         scrape_interval=scrape_interval,
     )
     try:

@@ -2,7 +2,9 @@
 renders each plan's latest snapshot at scrape time, and the server that exposes it.
 
 Snapshots are built from the status the operator writes (`snapshot_from_status`, pure),
-so the metrics and `kubectl get tp` never disagree.
+so the metrics and `kubectl get tp` never disagree; the deadline is the status's
+`startTime` plus the spec's `objective.deadline`, the instant the `DeadlineAtRisk`
+condition compares the estimate with.
 """
 
 from __future__ import annotations
@@ -23,16 +25,18 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from trainplan.api import Phase
+from trainplan.api import Phase, parse_duration_seconds
 from trainplan.controller.budgets import BudgetSummary
 from trainplan.runtime.schema import (
     BUDGET_GPU_HOURS,
+    PLAN_DEADLINE_TIMESTAMP_SECONDS,
     PLAN_ESTIMATED_COMPLETION_TIMESTAMP_SECONDS,
     PLAN_ETA_SECONDS,
     PLAN_FAILURES_TOTAL,
     PLAN_GPU_HOURS,
     PLAN_GPUS,
     PLAN_INFO,
+    PLAN_LOST_SECONDS,
     PLAN_MFU,
     PLAN_PHASE,
     PLAN_PROGRESS_RATIO,
@@ -60,10 +64,29 @@ class PlanSnapshot:
     failures_by_reason: tuple[tuple[str, int], ...] = ()
     gpu_hours_used: float | None = None
     gpu_hours_projected: float | None = None
+    deadline_timestamp_seconds: float | None = None
+    lost_seconds: float | None = None
 
 
-def snapshot_from_status(status: Mapping[str, Any]) -> PlanSnapshot:
-    """The metrics of a TrainingPlan status (as stored, camelCase)."""
+def _deadline_timestamp(status: Mapping[str, Any], spec: Mapping[str, Any]) -> float | None:
+    """`startTime` plus `objective.deadline`; None without either (or an unreadable one)."""
+    deadline = (spec.get("objective") or {}).get("deadline")
+    start = status.get("startTime")
+    if not deadline or not start:
+        return None
+    try:
+        return datetime.fromisoformat(str(start)).timestamp() + parse_duration_seconds(
+            str(deadline)
+        )
+    except ValueError:
+        return None
+
+
+def snapshot_from_status(
+    status: Mapping[str, Any], spec: Mapping[str, Any] | None = None
+) -> PlanSnapshot:
+    """The metrics of a TrainingPlan status (as stored, camelCase); `spec` (the
+    resource's) gives the deadline."""
     plan = status.get("plan") or {}
     progress = status.get("progress") or {}
     failures = status.get("failures") or {}
@@ -91,6 +114,8 @@ def snapshot_from_status(status: Mapping[str, Any]) -> PlanSnapshot:
         failures_by_reason=((reason, count),) if count else (),
         gpu_hours_used=gpu_hours.get("used"),
         gpu_hours_projected=gpu_hours.get("projected") or plan.get("gpuHours"),
+        deadline_timestamp_seconds=_deadline_timestamp(status, spec or {}),
+        lost_seconds=failures.get("lostSeconds"),
     )
 
 
@@ -133,6 +158,8 @@ class OperatorMetrics(Collector):
                 PLAN_PROGRESS_RATIO,
                 PLAN_ETA_SECONDS,
                 PLAN_ESTIMATED_COMPLETION_TIMESTAMP_SECONDS,
+                PLAN_DEADLINE_TIMESTAMP_SECONDS,
+                PLAN_LOST_SECONDS,
             )
         }
         step = GaugeMetricFamily(
@@ -160,6 +187,8 @@ class OperatorMetrics(Collector):
                     PLAN_ESTIMATED_COMPLETION_TIMESTAMP_SECONDS.name,
                     snap.completion_timestamp_seconds,
                 ),
+                (PLAN_DEADLINE_TIMESTAMP_SECONDS.name, snap.deadline_timestamp_seconds),
+                (PLAN_LOST_SECONDS.name, snap.lost_seconds),
             ):
                 if value is not None:
                     gauges[spec_name].add_metric(key, float(value))

@@ -1,8 +1,9 @@
 """The operator's plan series for a local run, served for a local Prometheus.
 
 The same names and labels as the operator's (`trainplan.runtime.schema`, `PLAN_*`), with
-`namespace="local"`, so the Grafana dashboard works against a local run too. The collector
-renders the latest estimate at scrape time; thread-safe.
+`namespace="local"`, so the Grafana dashboard works against a local run too (a local run
+has no deadline, phase or budget series). The collector renders the latest estimate at
+scrape time; thread-safe.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from trainplan.runtime.schema import (
     PLAN_ESTIMATED_COMPLETION_TIMESTAMP_SECONDS,
     PLAN_ETA_SECONDS,
     PLAN_FAILURES_TOTAL,
+    PLAN_GPU_HOURS,
     PLAN_GPUS,
+    PLAN_LOST_SECONDS,
+    PLAN_MFU,
     PLAN_PROGRESS_RATIO,
     PLAN_STEP_SECONDS,
 )
@@ -41,6 +45,11 @@ class LocalSnapshot:
     planned_step_seconds: float
     measured_step_seconds: float | None
     failures: int
+    planned_mfu: float | None = None
+    measured_mfu: float | None = None
+    gpu_hours_used: float | None = None
+    gpu_hours_projected: float | None = None
+    lost_seconds: float | None = None
 
 
 class LocalMetrics(Collector):
@@ -67,10 +76,15 @@ class LocalMetrics(Collector):
                 PLAN_PROGRESS_RATIO,
                 PLAN_ETA_SECONDS,
                 PLAN_ESTIMATED_COMPLETION_TIMESTAMP_SECONDS,
+                PLAN_LOST_SECONDS,
             )
         }
         step = GaugeMetricFamily(
             PLAN_STEP_SECONDS.name, PLAN_STEP_SECONDS.help, labels=[*labels, "source"]
+        )
+        mfu = GaugeMetricFamily(PLAN_MFU.name, PLAN_MFU.help, labels=[*labels, "source"])
+        hours = GaugeMetricFamily(
+            PLAN_GPU_HOURS.name, PLAN_GPU_HOURS.help, labels=[*labels, "kind"]
         )
         failures = CounterMetricFamily(
             PLAN_FAILURES_TOTAL.name.removesuffix("_total"),
@@ -88,8 +102,21 @@ class LocalMetrics(Collector):
             if snap.measured_step_seconds is not None:
                 step.add_metric([*key, "measured"], snap.measured_step_seconds)
             failures.add_metric([*key, RESTART_REASON], float(snap.failures))
+            if snap.lost_seconds is not None:
+                gauges[PLAN_LOST_SECONDS.name].add_metric(key, snap.lost_seconds)
+            for source, value in (("planned", snap.planned_mfu), ("measured", snap.measured_mfu)):
+                if value is not None:
+                    mfu.add_metric([*key, source], value)
+            for kind, value in (
+                ("used", snap.gpu_hours_used),
+                ("projected", snap.gpu_hours_projected),
+            ):
+                if value is not None:
+                    hours.add_metric([*key, kind], value)
         yield from gauges.values()
         yield step
+        yield mfu
+        yield hours
         yield failures
 
 

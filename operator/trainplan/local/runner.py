@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import shutil
 import signal
@@ -46,7 +47,8 @@ _STOP_SECONDS: Final = 10.0
 
 @dataclass(frozen=True, slots=True)
 class LocalOptions:
-    """How to run: `metrics_port` 0 binds any free port; `report_dir` None writes no
+    """How to run: `metrics_port` 0 binds any free port; `trainer_metrics_port` (the
+    trainer's own series, on 127.0.0.1) 0 takes a free one; `report_dir` None writes no
     report; `work_dir` None uses the report directory, or a temporary one."""
 
     eta_log: Path | None = None
@@ -56,6 +58,7 @@ class LocalOptions:
     metrics_address: str = "0.0.0.0"
     scrape_interval: float = 1.0
     show: bool = True
+    trainer_metrics_port: int = 0
 
 
 @dataclass
@@ -223,6 +226,9 @@ class _Supervisor:
             metrics_available=estimate.metrics_available,
         )
         self.revisions.append(revision)
+        measured_mfu = estimate.measured_mfu
+        if measured_mfu is not None and not math.isfinite(measured_mfu):
+            measured_mfu = None
         self.metrics.record(
             LocalSnapshot(
                 gpus=self.local.plan.gpus,
@@ -232,6 +238,11 @@ class _Supervisor:
                 planned_step_seconds=self.facts.planned_step_seconds,
                 measured_step_seconds=estimate.measured_step_seconds,
                 failures=self.failures,
+                planned_mfu=self.facts.planned_mfu,
+                measured_mfu=measured_mfu,
+                gpu_hours_used=estimate.gpu_hours_used,
+                gpu_hours_projected=estimate.gpu_hours_projected,
+                lost_seconds=estimate.lost_seconds,
             )
         )
         self.display.update(estimate, self.failures)
@@ -247,7 +258,7 @@ class _Supervisor:
             from trainplan.runtime.dataset import ensure_dataset
 
             data = str(ensure_dataset(self.work / "data.bin", DATASET_TOKENS))
-        trainer_port = free_port()
+        trainer_port = options.trainer_metrics_port or free_port()
         launch = local_launch(
             self.local,
             checkpoint_dir=str(checkpoints),

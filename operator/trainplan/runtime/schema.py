@@ -254,6 +254,19 @@ PLAN_GPU_HOURS: Final = MetricSpec(
     MetricType.GAUGE,
     labels=(*_PLAN_LABELS, "kind"),
 )
+PLAN_DEADLINE_TIMESTAMP_SECONDS: Final = MetricSpec(
+    "trainplan_plan_deadline_timestamp_seconds",
+    "Unix time by which the run must complete: its start plus objective.deadline (absent"
+    " without a deadline or before the start).",
+    MetricType.GAUGE,
+    labels=_PLAN_LABELS,
+)
+PLAN_LOST_SECONDS: Final = MetricSpec(
+    "trainplan_plan_lost_seconds",
+    "Wall-clock seconds the interruptions so far cost (restarts and work redone).",
+    MetricType.GAUGE,
+    labels=_PLAN_LABELS,
+)
 BUDGET_GPU_HOURS: Final = MetricSpec(
     "trainplan_budget_gpu_hours",
     "GPU-hours of a GPUBudget: its limit, used, committed and remaining (label kind).",
@@ -272,6 +285,8 @@ OPERATOR_METRICS: Final = (
     PLAN_MFU,
     PLAN_FAILURES_TOTAL,
     PLAN_GPU_HOURS,
+    PLAN_DEADLINE_TIMESTAMP_SECONDS,
+    PLAN_LOST_SECONDS,
     BUDGET_GPU_HOURS,
 )
 """The operator's series."""
