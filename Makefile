@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system demo test static unit bench fit clean
+.PHONY: setup system demo test static unit bench fit manifests clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,12 @@ bench: setup
 # Refit the planner's efficiency constants to tests/data and store them.
 fit: setup
 	$(BIN)/python -m benchmarks.fit_calibration --write
+
+# After changing charts/trainplan or crds/: copy crds/ into the chart and render
+# deploy/manifests/ from the chart (offline, helm-python-sdk); tests/chart checks both.
+manifests: setup
+	cp crds/*.yaml charts/trainplan/files/crds/
+	$(BIN)/python -m tests.chart.helm_render --write
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .benchmarks

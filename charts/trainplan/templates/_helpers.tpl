@@ -1,0 +1,93 @@
+{{/* The chart name, overridable. */}}
+{{- define "trainplan.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The object name prefix: the release name, with the chart name unless it has it. */}}
+{{- define "trainplan.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "trainplan.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "trainplan.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: trainplan
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Labels that select the operator pod. The training pods carry
+app.kubernetes.io/component: training, so they never match. */}}
+{{- define "trainplan.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "trainplan.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* The operator's ServiceAccount. */}}
+{{- define "trainplan.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "trainplan.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The image with its tag (the appVersion by default). */}}
+{{- define "trainplan.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The webhook Service, and the host name the API server calls. */}}
+{{- define "trainplan.webhookService" -}}
+{{- printf "%s-webhook" (include "trainplan.fullname" .) }}
+{{- end }}
+{{- define "trainplan.webhookHost" -}}
+{{- printf "%s.%s.svc" (include "trainplan.webhookService" .) .Release.Namespace }}
+{{- end }}
+
+{{/* The ValidatingWebhookConfiguration (cluster-scoped, so it carries a domain); its
+webhook is named budget.<this>, as Kopf names it in selfSigned mode. */}}
+{{- define "trainplan.webhookConfiguration" -}}
+{{- printf "%s.trainplan.dev" (include "trainplan.fullname" .) }}
+{{- end }}
+
+{{/* cert-manager objects and the Secret they fill. */}}
+{{- define "trainplan.webhookCertificate" -}}
+{{- printf "%s-webhook" (include "trainplan.fullname" .) }}
+{{- end }}
+{{- define "trainplan.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "trainplan.fullname" .) }}
+{{- end }}
+{{- define "trainplan.webhookIssuer" -}}
+{{- printf "%s-selfsigned" (include "trainplan.fullname" .) }}
+{{- end }}
+
+{{/* "certManager" or "selfSigned", or a failure for anything else. */}}
+{{- define "trainplan.webhookMode" -}}
+{{- $mode := .Values.webhook.certificate.mode }}
+{{- if not (has $mode (list "certManager" "selfSigned")) }}
+{{- fail (printf "webhook.certificate.mode must be certManager or selfSigned, not %q" $mode) }}
+{{- end }}
+{{- $mode }}
+{{- end }}
+
+{{/* Whether the operator manages the ValidatingWebhookConfiguration itself. */}}
+{{- define "trainplan.webhookManaged" -}}
+{{- if and .Values.webhook.enabled (eq (include "trainplan.webhookMode" .) "selfSigned") }}true{{ end }}
+{{- end }}
+
+{{/* Whether cert-manager issues the webhook's certificate. */}}
+{{- define "trainplan.webhookCertManager" -}}
+{{- if and .Values.webhook.enabled (eq (include "trainplan.webhookMode" .) "certManager") }}true{{ end }}
+{{- end }}
