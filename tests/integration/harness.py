@@ -103,6 +103,40 @@ class VersionedEmulator(kmock.KubernetesEmulator):
 
     _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _writes: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
+    _by_resource: dict[tuple[Any, ...], list[Any]] = attrs.field(factory=dict, init=False)
+    _indexed: int = attrs.field(default=0, init=False)
+
+    def _KubernetesEmulator__get_objs(self, request: Any, strict: bool) -> list[Any]:
+        """kmock's object lookup (it scans every object of every kind), through an index
+        by resource: objects are only ever added to kmock's store, never removed, so
+        the index follows by taking in the keys added since the last lookup."""
+        wanted = request.resource
+        if wanted is None or None in (wanted.group, wanted.version, wanted.plural):
+            return super()._KubernetesEmulator__get_objs(request, strict)  # type: ignore[misc, no-any-return]
+        for key in itertools.islice(self._objects.keys(), self._indexed, None):
+            resource = key[0]
+            kind_key = (resource.group, resource.version, resource.plural)
+            self._by_resource.setdefault(kind_key, []).append(key)
+            self._indexed += 1
+        found = []
+        for key in self._by_resource.get((wanted.group, wanted.version, wanted.plural), []):
+            _, namespace, name = key
+            if strict:
+                namespace_ok = namespace == request.namespace
+            else:
+                namespace_ok = request.namespace is None or namespace == request.namespace
+            if namespace_ok and (request.name is None or name == request.name):
+                found.append(self._objects[key])
+        return found
+
+    async def _serve_list(self, request: Any) -> Any:
+        """kmock's list, filtered by `labelSelector` as the API server filters it
+        (equality-based: `k=v`, `k==v`, `k!=v`, `k`, `!k`, comma-separated)."""
+        payload: Any = await super()._serve_list(request)
+        selector = request.params.get("labelSelector")
+        if selector:
+            payload["items"] = [item for item in payload["items"] if _selected(item, selector)]
+        return payload
 
     def _stored_version(self, request: Any) -> str | None:
         key = (request.resource, request.namespace, request.name)
@@ -142,6 +176,24 @@ class VersionedEmulator(kmock.KubernetesEmulator):
                 raise ResourceVersionChangedError()
             data = {**data, "metadata": {**data.get("metadata", {}), "resourceVersion": version}}
         object.__setattr__(request, "data", data)  # the frozen request, amended in place
+
+
+def _selected(obj: dict[str, Any], selector: str) -> bool:
+    labels = (obj.get("metadata", {}) or {}).get("labels", {}) or {}
+    for term in (part.strip() for part in selector.split(",") if part.strip()):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            matched = labels.get(key.strip()) != value.strip()
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            matched = labels.get(key.strip()) == value.strip()
+        elif term.startswith("!"):
+            matched = term[1:].strip() not in labels
+        else:
+            matched = term in labels
+        if not matched:
+            return False
+    return True
 
 
 class Cluster:

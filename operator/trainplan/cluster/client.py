@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
+from urllib.parse import urlencode
 
 import aiohttp
 
@@ -148,7 +149,7 @@ class KubernetesApi:
         """Objects of a kind, optionally filtered by a label selector."""
         url = resource_path(api_version, kind).collection(namespace)
         if label_selector:
-            url += f"?labelSelector={label_selector}"
+            url += "?" + urlencode({"labelSelector": label_selector})
         items = (await self._request("GET", url)).get("items", [])
         return [item for item in items if isinstance(item, dict)]
 

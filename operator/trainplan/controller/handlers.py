@@ -18,12 +18,18 @@ from trainplan.api import (
     VERSION,
     Phase,
 )
-from trainplan.cluster import KubernetesApiError, OwnershipConflictError, event_for
+from trainplan.cluster import (
+    KubernetesApiError,
+    OwnershipConflictError,
+    ResourceVersionConflictError,
+    event_for,
+)
 from trainplan.controller.budget_handlers import budgeted, follow_budget, register_budgets
 from trainplan.controller.config import OperatorConfig, configure_kopf
 from trainplan.controller.context import ControllerContext, connection_from
 from trainplan.controller.metrics import snapshot_from_status
 from trainplan.controller.reconcile import (
+    ChildState,
     LaunchDecision,
     changes_after_launch,
     child_state,
@@ -34,6 +40,8 @@ from trainplan.controller.reconcile import (
 from trainplan.controller.revision import ACTIVE_PHASES
 from trainplan.controller.webhook import register_admission
 
+STATUS_WRITE_ATTEMPTS = 8
+"""How often a plan's status write is retried after a concurrent write."""
 LoginFn = Callable[..., Awaitable[kopf.ConnectionInfo | None] | kopf.ConnectionInfo | None]
 _PLANS = (GROUP, VERSION, TRAINING_PLAN_PLURAL)
 
@@ -55,7 +63,9 @@ def _active(status: kopf.Status, **_: Any) -> bool:
 def _record(context: ControllerContext, body: kopf.Body, status: Mapping[str, Any]) -> None:
     """Put a plan's latest status into the operator metrics."""
     context.metrics.record(
-        body.meta.namespace or "default", body.meta.name or "", snapshot_from_status(status)
+        body.meta.namespace or "default",
+        body.meta.name or "",
+        snapshot_from_status(status, body.get("spec") or {}),
     )
 
 
@@ -167,19 +177,30 @@ def build_registry(
         patch.status["lastUpdatedTime"] = now.isoformat()
 
     @kopf.timer(*_PLANS, id="eta", interval=eta_interval_seconds, when=_active, registry=registry)
-    async def revise_eta(*, body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
-        """Revise a running plan's ETA from its Job, Pods and metrics: one status patch,
+    async def revise_eta(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+        """Revise a running plan's ETA from its Job, Pods and metrics: one status write
+        onto the version revised (so a concurrent phase change is never overwritten),
         an Event for each transition."""
         context = _context(memo)
         now = context.clock()
         api = context.api()
         try:
             update = await context.revisions.revise(body, api, now)
+            await api.patch(
+                API_VERSION,
+                TRAINING_PLAN_KIND,
+                body.meta.namespace or "default",
+                body.meta.name or "",
+                {"status": update.status},
+                subresource="status",
+                resource_version=body.meta.get("resourceVersion"),
+            )
             for event_type, reason, message in update.events:
                 await api.create(event_for(body, event_type, reason, message, now.isoformat()))
+        except ResourceVersionConflictError:
+            return  # the status changed meanwhile (the Job's phase): revised again next time
         except KubernetesApiError as error:
             raise kopf.TemporaryError(f"revising the ETA: {error}", delay=10) from error
-        patch.status.update(update.status)
         _record(context, body, _merged(body.get("status", {}) or {}, update.status))
 
     @kopf.on.delete(*_PLANS, optional=True, registry=registry)
@@ -199,43 +220,21 @@ def build_registry(
         namespace = body.meta.namespace
         if not plan_name or not namespace or body.get("type") == "DELETED":
             return
-        api = context.api()
-        parent = await api.get(API_VERSION, TRAINING_PLAN_KIND, namespace, plan_name)
-        if parent is None:
+        state = child_state(body)
+        written = await _carry_child_state(context, namespace, plan_name, body.meta.name, state)
+        if written is None:
             return
-        current = parent.get("status", {}) or {}
-        if current.get("jobName") != body.meta.name:
-            return
-        generation = parent.get("metadata", {}).get("generation")
-        update = child_status_patch(
-            child_state(body), current, generation=generation, now=context.clock()
+        parent, status = written
+        context.metrics.record(
+            namespace, plan_name, snapshot_from_status(status, parent.get("spec") or {})
         )
-        if update is not None:
-            await api.patch(
-                API_VERSION,
-                TRAINING_PLAN_KIND,
-                namespace,
-                plan_name,
-                {"status": update},
-                subresource="status",
-            )
-            context.metrics.record(
-                namespace, plan_name, snapshot_from_status({**current, **update})
-            )
-            phase = update.get("phase")
-            if phase is not None:
-                await follow_budget(context, {**parent, "status": {**current, **update}}, phase)
-            if phase in (Phase.SUCCEEDED.value, Phase.FAILED.value):
-                state = child_state(body)
-                await api.create(
-                    event_for(
-                        parent,
-                        "Normal" if phase == Phase.SUCCEEDED.value else "Warning",
-                        phase,
-                        state.message,
-                        context.clock().isoformat(),
-                    )
-                )
+        phase = status.get("phase")
+        if phase is not None:
+            await follow_budget(context, {**parent, "status": status}, phase)
+        if phase in (Phase.SUCCEEDED.value, Phase.FAILED.value):
+            event_type = "Normal" if phase == Phase.SUCCEEDED.value else "Warning"
+            now = context.clock().isoformat()
+            await context.api().create(event_for(parent, event_type, phase, state.message, now))
 
     kopf.on.event("batch", "v1", "jobs", labels={PLAN_LABEL: kopf.PRESENT}, registry=registry)(
         child_changed
@@ -251,6 +250,46 @@ def build_registry(
     if config.webhook_port is not None:
         register_admission(registry, config)
     return registry
+
+
+async def _carry_child_state(
+    context: ControllerContext,
+    namespace: str,
+    plan_name: str,
+    job_name: str | None,
+    state: ChildState,
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Write the child's state into its plan's status, onto the version read (the ETA
+    timer writes the same status); returns the plan and its new status, or None when
+    nothing changed or the child is not the plan's."""
+    api = context.api()
+    for _ in range(STATUS_WRITE_ATTEMPTS):
+        parent = await api.get(API_VERSION, TRAINING_PLAN_KIND, namespace, plan_name)
+        if parent is None:
+            return None
+        current = parent.get("status", {}) or {}
+        if current.get("jobName") != job_name:
+            return None
+        meta = parent.get("metadata", {})
+        update = child_status_patch(
+            state, current, generation=meta.get("generation"), now=context.clock()
+        )
+        if update is None:
+            return None
+        try:
+            await api.patch(
+                API_VERSION,
+                TRAINING_PLAN_KIND,
+                namespace,
+                plan_name,
+                {"status": update},
+                subresource="status",
+                resource_version=meta.get("resourceVersion"),
+            )
+        except ResourceVersionConflictError:
+            continue
+        return parent, {**current, **update}
+    raise kopf.TemporaryError(f"the status of {namespace}/{plan_name} kept changing", delay=1)
 
 
 async def _decide(body: kopf.Body, context: ControllerContext) -> LaunchDecision:
