@@ -46,10 +46,7 @@ test: static unit
 
 # Speed and accuracy goals (results and machine in BENCHMARKS.md).
 bench: setup
-	$(BIN)/python -m benchmarks.planner_speed
-	$(BIN)/python -m benchmarks.accuracy
-	$(BIN)/python -m benchmarks.reporter_overhead
-	$(BIN)/python -m benchmarks.eta_accuracy
+	$(BIN)/python -m benchmarks
 
 # Refit the planner's efficiency constants to tests/data and store them.
 fit: setup

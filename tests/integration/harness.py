@@ -102,6 +102,10 @@ class VersionedEmulator(kmock.KubernetesEmulator):
     finalizer patches and trainplan's budget writes rely on it."""
 
     _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    forget_served: bool = False
+    """Drop each request from kmock's history once it is served: kmock matches every
+    request against its whole history, which makes a long load quadratic. Tests that
+    assert on requests keep the history (the default)."""
     _writes: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
     _by_resource: dict[tuple[Any, ...], list[Any]] = attrs.field(factory=dict, init=False)
     _indexed: int = attrs.field(default=0, init=False)
@@ -147,6 +151,16 @@ class VersionedEmulator(kmock.KubernetesEmulator):
         return None if version is None else str(version)
 
     async def _handle(self, request: Any) -> web.StreamResponse:
+        try:
+            return await self._handle_versioned(request)
+        finally:
+            if self.forget_served:
+                for index in range(len(self._requests) - 1, -1, -1):
+                    if self._requests[index] is request:
+                        del self._requests[index]
+                        break
+
+    async def _handle_versioned(self, request: Any) -> web.StreamResponse:
         writes = (kmock.action.CREATE, kmock.action.UPDATE)
         if request.resource is None or request.action not in writes:
             response: web.StreamResponse = await super()._handle(request)

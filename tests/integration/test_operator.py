@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any
 
+import kmock
 import pytest
 import yaml
 
@@ -196,6 +198,41 @@ async def test_restart_mid_way_creates_no_duplicates(cluster: Cluster, catalog: 
     )
     assert jobs[resumed["status"]["jobName"]] == job_before[resumed["status"]["jobName"]]
     assert len(cluster.objects(SERVICES)) == 2
+
+
+async def test_a_running_plan_survives_an_operator_restart(
+    cluster: Cluster, catalog: Catalog
+) -> None:
+    """After a restart the operator neither plans a launched plan again nor rewrites its
+    status: a Running plan stays Running with the plan it was launched with."""
+    first = OperatorProcess(cluster, catalog)
+    await first.start()
+    name = await cluster.apply_plan(_broken("long-running", {}))
+    launched = await cluster.wait_for_phase(name, "Launching")
+    job = launched["status"]["jobName"]
+    await cluster.write_job_status(job, {"active": 2, "startTime": "2026-11-22T00:00:00Z"})
+    before = await cluster.wait_for_phase(name, "Running")
+    await first.stop()
+
+    fetches = cluster.emulator[kmock.action.FETCH, kmock.resource(JOBS)]
+    fetched_before = len(fetches)
+    second = OperatorProcess(cluster, catalog)
+    await second.start()
+    try:
+        # The resume handler reads the Job (create-or-adopt); a status write, had there
+        # been one, follows within milliseconds.
+        await cluster.wait_for(lambda: len(fetches) > fetched_before, "the resume handler")
+        await asyncio.sleep(1.0)
+        after = cluster.plan(name)["status"]
+        assert after["phase"] == "Running"
+        assert after["plan"] == before["status"]["plan"]
+        planning = ("Planned", "Launched")  # the ETA timer revises the others meanwhile
+        assert [c for c in after["conditions"] if c["type"] in planning] == [
+            c for c in before["status"]["conditions"] if c["type"] in planning
+        ]
+        assert list(cluster.objects(JOBS)) == [job]
+    finally:
+        await second.stop()
 
 
 async def test_job_status_drives_the_phase(operator: OperatorProcess, cluster: Cluster) -> None:

@@ -35,10 +35,13 @@ from trainplan.controller.reconcile import (
     child_state,
     child_status_patch,
     decide_launch,
+    launched_plan,
     reject,
+    resume_launched,
 )
 from trainplan.controller.revision import ACTIVE_PHASES
 from trainplan.controller.webhook import register_admission
+from trainplan.launcher import LauncherError
 
 STATUS_WRITE_ATTEMPTS = 8
 """How often a plan's status write is retried after a concurrent write."""
@@ -118,9 +121,15 @@ def build_registry(
     async def launch(
         *, body: kopf.Body, patch: kopf.Patch, memo: Any, logger: kopf.Logger, **_: Any
     ) -> None:
-        """Plan, render and apply; write the decision as the status (once)."""
+        """Plan, render and apply; write the decision as the status (once). A plan
+        launched before a restart is not planned or judged again: its objects are
+        applied from the stored plan and its status is left alone."""
         context = _context(memo)
-        decision = await budgeted(await _decide(body, context), body, context)
+        resumed = _resumed(body, context)
+        if resumed is None:
+            decision = await budgeted(await _decide(body, context), body, context)
+        else:
+            decision = resumed
         decision = await _apply(decision, body, context, logger)
         patch.status.update(decision.status)
         _record(context, body, _merged(body.get("status", {}) or {}, decision.status))
@@ -292,6 +301,24 @@ async def _carry_child_state(
     raise kopf.TemporaryError(f"the status of {namespace}/{plan_name} kept changing", delay=1)
 
 
+def _resumed(body: kopf.Body, context: ControllerContext) -> LaunchDecision | None:
+    status = body.get("status", {}) or {}
+    stored = launched_plan(body.meta.get("generation"), status)
+    if stored is None:
+        return None
+    try:
+        return resume_launched(
+            name=body.meta.name or "",
+            namespace=body.meta.namespace or "default",
+            uid=body.meta.uid,
+            spec_document=dict(body.get("spec", {})),
+            plan_document=stored,
+            catalog=context.catalog,
+        )
+    except (ValueError, LauncherError):  # a stored plan this version cannot read: plan again
+        return None
+
+
 async def _decide(body: kopf.Body, context: ControllerContext) -> LaunchDecision:
     meta = body.meta
     return await asyncio.to_thread(
@@ -336,5 +363,6 @@ async def _apply(
         except (KubernetesApiError, OwnershipConflictError) as error:
             raise kopf.TemporaryError(f"applying {obj['kind']}: {error}", delay=10) from error
         logger.info(f"{result.kind} {result.name} {result.action}")
-    kopf.info(body, reason=decision.event_reason, message=decision.event_message)
+    if decision.event_reason:
+        kopf.info(body, reason=decision.event_reason, message=decision.event_message)
     return decision

@@ -11,7 +11,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainplan.api import ConditionType, Phase, TrainingPlanSpec, format_validation_errors
+from trainplan.api import (
+    ConditionType,
+    Phase,
+    Plan,
+    TrainingPlanSpec,
+    format_validation_errors,
+)
 from trainplan.controller.budgets import Verdict
 from trainplan.controller.conditions import ConditionStatus, make_condition, merge_conditions
 from trainplan.launcher import LauncherError, PlanRef, job_name, render_for
@@ -151,6 +157,34 @@ def decide_launch(
     if generation is not None:
         status["observedGeneration"] = generation
     return LaunchDecision(tuple(objects), status, True, "Planned", summary)
+
+
+def launched_plan(generation: int | None, status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The plan in force when the plan was launched for this generation (Job named,
+    plan stored, same generation); None when it still has to be planned."""
+    current = status.get("observedGeneration") == generation
+    if status.get("jobName") and status.get("plan") and current:
+        plan_document: Mapping[str, Any] = status["plan"]
+        return plan_document
+    return None
+
+
+def resume_launched(
+    *,
+    name: str,
+    namespace: str,
+    uid: str | None,
+    spec_document: Mapping[str, Any],
+    plan_document: Mapping[str, Any],
+    catalog: Catalog,
+) -> LaunchDecision:
+    """A plan launched before the operator (re)started: its objects are rendered again
+    from the stored plan (create-or-adopt puts back anything missing), without planning
+    again, and its status is left as it is (its phase follows its Job)."""
+    spec = TrainingPlanSpec.model_validate(dict(spec_document))
+    result = Plan.model_validate(dict(plan_document))
+    objects = render_for(PlanRef(name=name, namespace=namespace, uid=uid), spec, result, catalog)
+    return LaunchDecision(tuple(objects), {}, True, "", "")
 
 
 def within_budget(

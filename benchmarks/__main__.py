@@ -1,0 +1,45 @@
+"""`python -m benchmarks`: every benchmark this machine can run, one after the other, each
+in its own process (its full table printed as it goes), then a summary: each one's exit
+status (0: its goals met; the accuracy tables have no exit goal) and its duration. Exits 1
+when any benchmark missed a goal. `make bench` runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+BENCHMARKS = (
+    ("planner speed", "benchmarks.planner_speed"),
+    ("planner accuracy", "benchmarks.accuracy"),
+    ("reporter overhead", "benchmarks.reporter_overhead"),
+    ("ETA accuracy under injected failures", "benchmarks.eta_accuracy"),
+    ("operator at scale (1,000 plans)", "benchmarks.operator_scale"),
+)
+NOT_HERE = (
+    (
+        "measured vs planned step time on a GPU",
+        "needs a GPU: the reference trainer on an H100 (see BENCHMARKS.md)",
+    ),
+)
+
+
+def main() -> int:
+    rows = []
+    for title, module in BENCHMARKS:
+        print(f"\n## {title} (python -m {module})\n", flush=True)
+        started = time.monotonic()
+        status = subprocess.run([sys.executable, "-m", module], check=False).returncode
+        rows.append((title, status, time.monotonic() - started))
+    print("\n## Summary\n")
+    print("| benchmark | goals | seconds |")
+    print("|---|---|---:|")
+    for title, status, seconds in rows:
+        print(f"| {title} | {'met' if status == 0 else 'MISSED'} | {seconds:.0f} |")
+    for title, why in NOT_HERE:
+        print(f"| {title} | not run: {why} | |")
+    return 0 if all(status == 0 for _, status, _ in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
