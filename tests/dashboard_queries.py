@@ -23,13 +23,8 @@ RATE_INTERVAL: Final = "1m"
 MAYBE_ABSENT_LOCALLY: Final = frozenset(
     {spec.name for spec in schema.GPU_METRICS}
     # A GPU's series need NVML; a local run has no deadline (its objective is the process
-    # count), no phase or info series, and no budget.
-    | {
-        schema.PLAN_DEADLINE_TIMESTAMP_SECONDS.name,
-        schema.PLAN_PHASE.name,
-        schema.PLAN_INFO.name,
-        schema.BUDGET_GPU_HOURS.name,
-    }
+    # count) and no budget.
+    | {schema.PLAN_DEADLINE_TIMESTAMP_SECONDS.name, schema.BUDGET_GPU_HOURS.name}
 )
 
 _NAME = re.compile(r"\btrainplan_[a-z0-9_]+")

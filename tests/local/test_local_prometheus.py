@@ -102,7 +102,7 @@ def test_dashboard_and_alert_queries_run_against_a_local_run(tmp_path: Path) -> 
     """Every dashboard query (variables set to the run's namespace and plan) and every
     alert expression is accepted. The variables, the panels' queries and the quantities
     the alerts threshold return data while the run goes, except where they read series a
-    local run lacks: the GPU series without NVML, and the deadline, phase and budget
+    local run lacks: the GPU series without NVML, and the deadline and budget
     series (the DeadlineAtRisk and budget alerts)."""
     prometheus_binary()
     variables = variable_queries(LOCAL_NAMESPACE, DASHBOARD_PLAN)

@@ -29,6 +29,7 @@ from trainplan.controller.admission import (
 from trainplan.controller.conditions import make_condition, merge_conditions
 from trainplan.controller.config import OperatorConfig
 from trainplan.controller.context import ControllerContext
+from trainplan.controller.metrics import budget_figures
 from trainplan.controller.reconcile import LaunchDecision, reject, within_budget
 
 logger = logging.getLogger("trainplan.budgets")
@@ -39,7 +40,7 @@ async def record_write(context: ControllerContext, written: BudgetWrite | None) 
     """After a budget write: its figures into the operator metrics, its Events posted."""
     if written is None:
         return
-    context.metrics.record_budget(*written.key, written.summary)
+    context.metrics.record_budget(*written.key, budget_figures(written.summary))
     now = context.clock().isoformat()
     for event_type, reason, message in written.events:
         await context.api().create(event_for(written.budget, event_type, reason, message, now))

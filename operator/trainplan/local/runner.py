@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import shutil
 import signal
@@ -31,14 +30,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from trainplan.eta import Estimate, EtaState, Observation, plan_facts, revise
 from trainplan.launcher.env import FAIL_JOB_EXIT_CODES
-from trainplan.local.exporter import LocalMetrics, LocalSnapshot, MetricsServer
+from trainplan.local.exporter import MetricsServer, local_snapshot
 from trainplan.local.launch import (
+    LOCAL_NAMESPACE,
     TORCHRUN_RESTART_MARK,
     LocalPlan,
     local_launch,
 )
 from trainplan.local.report import Revision, summarize, write_plot, write_summary
 from trainplan.monitor import ScrapeError, TrainingMetrics, scrape
+from trainplan.monitor.exposition import PlanMetrics
 
 DEFAULT_METRICS_PORT: Final = 9401
 DATASET_TOKENS: Final = 1_000_000
@@ -166,7 +167,7 @@ class _Supervisor:
         self.work = work
         self.facts = plan_facts(local.plan, local.spec)
         self.state = EtaState()
-        self.metrics = LocalMetrics(local.name)
+        self.metrics = PlanMetrics()
         self.restarts = 0
         self.torchrun_restarts = 0
         self.revisions: list[Revision] = []
@@ -226,25 +227,17 @@ class _Supervisor:
             metrics_available=estimate.metrics_available,
         )
         self.revisions.append(revision)
-        measured_mfu = estimate.measured_mfu
-        if measured_mfu is not None and not math.isfinite(measured_mfu):
-            measured_mfu = None
-        self.metrics.record(
-            LocalSnapshot(
-                gpus=self.local.plan.gpus,
-                progress_ratio=estimate.progress_ratio,
-                eta_seconds=estimate.remaining_seconds,
-                completion_timestamp_seconds=revision.time + estimate.remaining_seconds,
-                planned_step_seconds=self.facts.planned_step_seconds,
-                measured_step_seconds=estimate.measured_step_seconds,
-                failures=self.failures,
-                planned_mfu=self.facts.planned_mfu,
-                measured_mfu=measured_mfu,
-                gpu_hours_used=estimate.gpu_hours_used,
-                gpu_hours_projected=estimate.gpu_hours_projected,
-                lost_seconds=estimate.lost_seconds,
-            )
+        snapshot = local_snapshot(
+            self.local.plan,
+            self.local.spec,
+            estimate,
+            failures=self.failures,
+            planned_step_seconds=self.facts.planned_step_seconds,
+            planned_mfu=self.facts.planned_mfu,
+            started_seconds=self.started,
+            revised_seconds=revision.time,
         )
+        self.metrics.record(LOCAL_NAMESPACE, self.local.name, snapshot)
         self.display.update(estimate, self.failures)
         return revision
 
