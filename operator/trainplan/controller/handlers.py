@@ -41,7 +41,7 @@ from trainplan.controller.reconcile import (
 )
 from trainplan.controller.revision import ACTIVE_PHASES
 from trainplan.controller.webhook import register_admission
-from trainplan.launcher import LauncherError
+from trainplan.launcher import LauncherError, workload_kind
 
 STATUS_WRITE_ATTEMPTS = 8
 """How often a plan's status write is retried after a concurrent write."""
@@ -157,11 +157,7 @@ def build_registry(
         generation = body.meta.get("generation")
         job = body.get("spec", {}).get("job", {})
         suspend = bool(job.get("suspend", False))
-        api_version, kind = (
-            ("jobset.x-k8s.io/v1alpha2", "JobSet")
-            if job.get("launcher", "Job") == "JobSet"
-            else ("batch/v1", "Job")
-        )
+        api_version, kind = workload_kind(job.get("launcher", "Job"))
         await context.api().patch(
             api_version,
             kind,

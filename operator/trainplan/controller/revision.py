@@ -20,8 +20,8 @@ from trainplan.api import Phase, Plan, TrainingPlanSpec
 from trainplan.cluster import KubernetesApi
 from trainplan.controller.config import OperatorConfig
 from trainplan.controller.progress import ProgressUpdate, progress_update
-from trainplan.eta import EtaState, Observation, plan_facts, revise
-from trainplan.launcher import label_value
+from trainplan.eta import EtaState, Observation, PlanFacts, plan_facts, revise
+from trainplan.launcher import label_value, plan_pods_selector, workload_kind
 from trainplan.monitor import (
     FailureLedger,
     ScrapeError,
@@ -38,12 +38,37 @@ ACTIVE_PHASES = frozenset({Phase.LAUNCHING.value, Phase.RUNNING.value, Phase.RES
 """Phases whose ETA is revised."""
 
 
+@dataclass(frozen=True, slots=True)
+class TrackedPlan:
+    """What a revision needs of a plan's spec and stored plan, parsed once per launch."""
+
+    key: tuple[Any, ...]
+    """(observedGeneration, jobName) it was parsed for."""
+    facts: PlanFacts
+    workload: tuple[str, str]
+    metrics_port: int
+
+
 @dataclass
 class PlanTracker:
     """What one plan's revisions carry forward."""
 
     eta: EtaState = field(default_factory=EtaState)
     failures: FailureLedger = field(default_factory=FailureLedger)
+    plan: TrackedPlan | None = None
+
+    def parsed(self, spec: Mapping[str, Any], status: Mapping[str, Any]) -> TrackedPlan:
+        """The plan in force, parsed again only when it changed (a new launch)."""
+        key = (status.get("observedGeneration"), status.get("jobName"))
+        if self.plan is None or self.plan.key != key:
+            parsed_spec = TrainingPlanSpec.model_validate(dict(spec))
+            self.plan = TrackedPlan(
+                key=key,
+                facts=plan_facts(Plan.model_validate(status["plan"]), parsed_spec),
+                workload=workload_kind(parsed_spec.job.launcher),
+                metrics_port=parsed_spec.job.metrics_port,
+            )
+        return self.plan
 
 
 def node_urls(pods: Sequence[Mapping[str, Any]], port: int) -> dict[str, str]:
@@ -127,15 +152,9 @@ async def revise_plan(
     meta = body.get("metadata", {})
     namespace, name = str(meta.get("namespace", "default")), str(meta["name"])
     status = body.get("status", {}) or {}
-    spec = TrainingPlanSpec.model_validate(dict(body.get("spec", {})))
-    plan = Plan.model_validate(status["plan"])
-    api_version, kind = (
-        ("jobset.x-k8s.io/v1alpha2", "JobSet")
-        if spec.job.launcher == "JobSet"
-        else ("batch/v1", "Job")
-    )
-    job = await api.get(api_version, kind, namespace, str(status.get("jobName", name)))
-    pods = await api.list_objects("v1", "Pod", namespace, f"trainplan.dev/plan={label_value(name)}")
+    tracked = tracker.parsed(body.get("spec", {}) or {}, status)
+    job = await api.get(*tracked.workload, namespace, str(status.get("jobName", name)))
+    pods = await api.list_objects("v1", "Pod", namespace, plan_pods_selector(name))
     tracker.failures = observe_failures(tracker.failures, pods, job)
     metrics, error = await read_metrics(
         session=session,
@@ -143,7 +162,7 @@ async def revise_plan(
         pods=pods,
         namespace=namespace,
         name=name,
-        port=spec.job.metrics_port,
+        port=tracked.metrics_port,
     )
     started = status.get("startTime")
     last_step_time = None
@@ -158,9 +177,7 @@ async def revise_plan(
         checkpoint_step=None if metrics is None else metrics.checkpoint_step,
         started_at=datetime.fromisoformat(started) if started else None,
     )
-    estimate, tracker.eta = revise(
-        plan_facts(plan, spec), tracker.eta, observation, config.stall_policy
-    )
+    estimate, tracker.eta = revise(tracked.facts, tracker.eta, observation, config.stall_policy)
     return progress_update(
         estimate,
         tracker.failures,

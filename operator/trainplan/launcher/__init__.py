@@ -13,6 +13,21 @@ the standard library.
 
 from trainplan.launcher.errors import LauncherError
 from trainplan.launcher.names import job_name, label_value
-from trainplan.launcher.render import PlanRef, render, render_for
+from trainplan.launcher.render import (
+    PlanRef,
+    plan_pods_selector,
+    render,
+    render_for,
+    workload_kind,
+)
 
-__all__ = ["LauncherError", "PlanRef", "job_name", "label_value", "render", "render_for"]
+__all__ = [
+    "LauncherError",
+    "PlanRef",
+    "job_name",
+    "label_value",
+    "plan_pods_selector",
+    "render",
+    "render_for",
+    "workload_kind",
+]

@@ -120,6 +120,16 @@ class PlanRef:
     """The owner's uid; None (e.g. for `trainplan render`) renders no ownerReferences."""
 
 
+def workload_kind(launcher: str) -> tuple[str, str]:
+    """(apiVersion, kind) of the training workload that `job.launcher` names."""
+    return (JOBSET_API_VERSION, "JobSet") if launcher == "JobSet" else ("batch/v1", "Job")
+
+
+def plan_pods_selector(plan_name: str) -> str:
+    """The label selector of every pod of a plan's training workload."""
+    return f"{PLAN_LABEL}={label_value(plan_name)}"
+
+
 def _labels(ref: PlanRef) -> dict[str, str]:
     instance = label_value(ref.name)
     return {
