@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -49,6 +48,7 @@ from tests.integration.harness import (
     VersionedEmulator,
     declare_resources,
 )
+from trainplan.local.runner import free_port
 
 LAUNCH_GOAL_SECONDS = 60.0
 ROUND_GOAL_CORE_RATIO = 0.10
@@ -81,13 +81,6 @@ class Result:
     def round_core_ratio(self) -> float:
         """A round's CPU as a share of one core over the default 30 s interval."""
         return self.round_cpu_seconds / DEFAULT_INTERVAL_SECONDS
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -193,7 +186,7 @@ async def _start_operator(
             }
         )
     )
-    liveness = f"http://127.0.0.1:{_free_port()}/healthz"
+    liveness = f"http://127.0.0.1:{free_port()}/healthz"
     script = Path(sys.executable).parent / "trainplan"
     with (workdir / "operator.log").open("w") as log:  # the child keeps its own handle
         process = await asyncio.create_subprocess_exec(
@@ -230,7 +223,7 @@ async def measure(*, plans: int, interval_seconds: float, rounds: int, workdir: 
     app.router.add_get("/metrics", metrics.serve)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    metrics_port = _free_port()
+    metrics_port = free_port()
     await web.TCPSite(runner, "127.0.0.1", metrics_port).start()
     emulator = VersionedEmulator(forget_served=True)
     declare_resources(emulator)
@@ -296,23 +289,21 @@ async def _run(
         for name in names
     )
 
-    def revised() -> list[str]:
-        return [
-            str(p["status"].get("lastUpdatedTime"))
-            for p in cluster.objects(TRAINING_PLANS).values()
+    def revised() -> dict[str, str]:
+        """Each revised plan's last revision time, by name."""
+        return {
+            name: str(p["status"].get("lastUpdatedTime"))
+            for name, p in cluster.objects(TRAINING_PLANS).items()
             if p.get("status", {}).get("progress", {}).get("step")
-        ]
+        }
 
     await _wait(lambda: len(revised()), plans, "plans revised once", 600)
     print("steady state: every plan runs and has been revised", flush=True)
-    before = dict(zip(names, revised(), strict=False))
+    before = revised()
     cpu_before = _cpu_seconds(pid)
     await asyncio.sleep(rounds * interval_seconds)
     cpu_seconds = _cpu_seconds(pid) - cpu_before
-    after = {
-        name: str(p["status"].get("lastUpdatedTime"))
-        for name, p in cluster.objects(TRAINING_PLANS).items()
-    }
+    after = revised()
     return Result(
         plans=plans,
         launch_seconds=launch_seconds,

@@ -28,7 +28,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.chart.conftest import missing_shared_files
 from tests.chart.helm_render import (
     ALL_ON,
     CHART_DIR,
@@ -43,8 +42,10 @@ from tests.chart.helm_render import (
     values_with,
 )
 from tests.contract.crd_schema import CRDS_DIR, committed_crd
+from tests.integration.prometheus_server import promtool_binary
 from tests.rendered_examples import RENDERABLE, example_objects
 from trainplan.api import APP_COMPONENT_LABEL, APP_NAME_LABEL, PLAN_LABEL
+from trainplan.dashboards import DEFAULT_OPERATOR_JOB
 from trainplan.launcher.render import METRICS_PATH, METRICS_PORT_NAME
 from trainplan.local.runner import DEFAULT_METRICS_PORT
 from trainplan.planner import Catalog
@@ -487,18 +488,12 @@ def test_the_pod_monitor_selects_every_training_pod_and_not_the_operator(
     } in endpoint["relabelings"]
 
 
-@pytest.mark.skipif(
-    bool(missing_shared_files()), reason=f"not written yet: {missing_shared_files()}"
-)
 def test_the_prometheus_rule_carries_the_rules_file() -> None:
     rule = one(render(ALL_ON), "PrometheusRule")
     source = yaml.safe_load((CHART_DIR / "files" / "prometheus-rules.yaml").read_text())
     assert rule["spec"] == {"groups": source["groups"]}
 
 
-@pytest.mark.skipif(
-    bool(missing_shared_files()), reason=f"not written yet: {missing_shared_files()}"
-)
 def test_the_dashboard_config_map_carries_the_dashboard() -> None:
     config_map = one(render(ALL_ON), "ConfigMap")
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -576,8 +571,6 @@ def test_notes_render() -> None:
 
 @pytest.mark.parametrize("name", list(MANIFESTS))
 def test_deploy_manifests_are_current(name: str) -> None:
-    if MANIFESTS[name][0] and missing_shared_files():
-        pytest.skip(f"{name} embeds files not written yet: {missing_shared_files()}")
     committed = MANIFESTS_DIR / name
     assert committed.is_file(), f"{committed} is missing; run `make manifests`"
     assert committed.read_text(encoding="utf-8") == manifest_files()[name], (
@@ -619,14 +612,14 @@ def test_local_prometheus_config_scrapes_a_local_run() -> None:
         job["job_name"]: [t for group in job["static_configs"] for t in group["targets"]]
         for job in config["scrape_configs"]
     }
-    assert targets["trainplan-local"] == [f"127.0.0.1:{DEFAULT_METRICS_PORT}"]
-    assert targets["trainplan-operator"] == ["127.0.0.1:8080"]
+    assert targets["trainplan-local-metrics"] == [f"127.0.0.1:{DEFAULT_METRICS_PORT}"]
+    assert targets["trainplan-operator-metrics"] == ["127.0.0.1:8080"]
+    # TrainplanOperatorDown finds the operator by job name: both jobs must count as one.
+    assert all(re.fullmatch(DEFAULT_OPERATOR_JOB, job) for job in targets)
 
 
 def test_local_prometheus_config_passes_promtool() -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool (Debian's prometheus package, `make system`) is not installed")
+    promtool = promtool_binary()
     result = subprocess.run(
         [promtool, "check", "config", str(REPO_ROOT / "deploy" / "prometheus.yml")],
         capture_output=True,

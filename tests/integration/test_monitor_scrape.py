@@ -48,6 +48,19 @@ async def _prometheus(request: web.Request) -> web.Response:
     )
 
 
+async def _prometheus_placeholders(request: web.Request) -> web.Response:
+    """A run that has not reported yet: the reporter's placeholders (0, NaN)."""
+    value = "NaN" if "trainplan_train_loss" in request.query["query"] else "0"
+    result = (
+        []
+        if request.query["query"].startswith("trainplan_gpu_")
+        else [{"metric": {}, "value": [0, value]}]
+    )
+    return web.json_response(
+        {"status": "success", "data": {"resultType": "vector", "result": result}}
+    )
+
+
 @pytest_asyncio.fixture()
 async def server() -> AsyncIterator[str]:
     app = web.Application()
@@ -55,6 +68,7 @@ async def server() -> AsyncIterator[str]:
     app.router.add_get("/broken", _broken)
     app.router.add_get("/missing", _missing)
     app.router.add_get("/api/v1/query", _prometheus)
+    app.router.add_get("/placeholders/api/v1/query", _prometheus_placeholders)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -91,3 +105,11 @@ async def test_query_prometheus(server: str) -> None:
         ("job-0-a/0", 0.5),
         ("job-1-b/0", 0.7),
     ]
+
+
+async def test_query_prometheus_reads_placeholders_as_unknown(server: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        metrics = await query_prometheus(session, f"{server}/placeholders", 'plan="b"')
+    assert metrics.step == 0
+    assert (metrics.loss, metrics.total_steps, metrics.checkpoint_step) == (None, None, None)
+    assert metrics.gpus == ()

@@ -210,6 +210,8 @@ def test_loss_is_nan_until_reported(make_reporter: Callable[..., TrainingReporte
     assert math.isnan(value(scrape(reporter.url), "trainplan_train_loss"))
     reporter.set_loss(3.0)
     assert value(scrape(reporter.url), "trainplan_train_loss") == 3.0
+    reporter.set_total_steps(500)  # a framework learning its total late keeps the loss
+    assert value(scrape(reporter.url), "trainplan_train_loss") == 3.0
 
 
 def test_measured_step_seconds_are_observed_after_the_first_call(

@@ -8,6 +8,7 @@ Pure: imports only pydantic and the standard library; no I/O, no clock, no impor
 
 from trainplan.api.base import ApiModel
 from trainplan.api.budget import (
+    NEARLY_EXHAUSTED_RATIO,
     BudgetConditionType,
     GPUBudgetSpec,
     GPUBudgetStatus,
@@ -64,6 +65,7 @@ from trainplan.api.spec import (
     TrainingSpec,
 )
 from trainplan.api.status import (
+    ACTIVE_PHASES,
     CompletionRange,
     Condition,
     ConditionType,
@@ -76,6 +78,7 @@ from trainplan.api.status import (
 )
 
 __all__ = [
+    "ACTIVE_PHASES",
     "API_VERSION",
     "APP_COMPONENT_LABEL",
     "APP_INSTANCE_LABEL",
@@ -86,6 +89,7 @@ __all__ = [
     "GPU_BUDGET_KIND",
     "GPU_BUDGET_PLURAL",
     "GROUP",
+    "NEARLY_EXHAUSTED_RATIO",
     "PLAN_LABEL",
     "TRAINING_PLAN_KIND",
     "TRAINING_PLAN_PLURAL",

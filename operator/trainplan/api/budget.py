@@ -4,7 +4,7 @@ Pure: pydantic only; no I/O.
 """
 
 from enum import StrEnum
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import AwareDatetime, Field
 
@@ -25,6 +25,10 @@ class GPUBudgetSpec(ApiModel):
         "Reject",
         description="Over budget: Reject the plan, Downsize it to fit, or Warn and admit it.",
     )
+
+
+NEARLY_EXHAUSTED_RATIO: Final = 0.8
+"""Used over the allowance at which a budget is nearly exhausted (condition, Event, alert)."""
 
 
 class BudgetConditionType(StrEnum):

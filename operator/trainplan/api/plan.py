@@ -48,6 +48,14 @@ class PlanLayout(ApiModel):
             )
         return self
 
+    @property
+    def summary(self) -> str:
+        """The layout in short, e.g. 'TP8 PP2 DP128' ('v4' added when interleaved)."""
+        words = [f"TP{self.tensor}", f"PP{self.pipeline}", f"DP{self.data}"]
+        if self.virtual_pipeline_stages > 1:
+            words.append(f"v{self.virtual_pipeline_stages}")
+        return " ".join(words)
+
 
 class MemoryBreakdown(ApiModel):
     """Memory per GPU on the most loaded rank, in bytes."""

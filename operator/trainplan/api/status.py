@@ -7,7 +7,7 @@ Pure: pydantic and the standard library only; no I/O, no clock.
 """
 
 from enum import StrEnum
-from typing import Literal, Self
+from typing import Final, Literal, Self
 
 from pydantic import AwareDatetime, Field, model_validator
 
@@ -27,6 +27,10 @@ class Phase(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+
+
+ACTIVE_PHASES: Final = (Phase.LAUNCHING, Phase.RUNNING, Phase.RESTARTING)
+"""The phases of a launched plan that is not done: its ETA is revised."""
 
 
 class ConditionType(StrEnum):

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from trainplan.api import (
+    NEARLY_EXHAUSTED_RATIO,
     BudgetConditionType,
     GPUBudgetSpec,
     Phase,
@@ -33,8 +34,7 @@ from trainplan.planner import InfeasiblePlanError, PlanInputError
 HOLDING_PHASES = frozenset({Phase.RUNNING.value, Phase.RESTARTING.value})
 """Phases in which a plan's pods hold their GPUs."""
 ENDED_PHASES = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.REJECTED.value})
-NEARLY_EXHAUSTED_RATIO = 0.8
-"""Used over the allowance at which a budget is nearly exhausted (an Event, a condition)."""
+"""Phases after which a plan holds no GPUs again."""
 
 
 def _hours(seconds: float) -> float:

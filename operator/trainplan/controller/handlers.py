@@ -10,6 +10,7 @@ from typing import Any
 import kopf
 
 from trainplan.api import (
+    ACTIVE_PHASES,
     API_VERSION,
     GROUP,
     PLAN_LABEL,
@@ -39,7 +40,6 @@ from trainplan.controller.reconcile import (
     reject,
     resume_launched,
 )
-from trainplan.controller.revision import ACTIVE_PHASES
 from trainplan.controller.webhook import register_admission
 from trainplan.launcher import LauncherError, workload_kind
 

@@ -36,13 +36,6 @@ class LaunchDecision:
     problems: tuple[str, ...] = field(default=())
 
 
-def _layout_summary(layout: Mapping[str, Any]) -> str:
-    words = [f"TP{layout['tensor']}", f"PP{layout['pipeline']}", f"DP{layout['data']}"]
-    if layout.get("virtualPipelineStages", 1) > 1:
-        words.append(f"v{layout['virtualPipelineStages']}")
-    return " ".join(words)
-
-
 def reject(
     problems: list[str],
     reason: str,
@@ -122,7 +115,7 @@ def decide_launch(
     plan_document = result.to_document()
     summary = (
         f"{result.gpus} x {result.gpu_type} ({result.nodes} nodes),"
-        f" {_layout_summary(plan_document['layout'])}, {result.duration_seconds / 86400:.1f} days,"
+        f" {result.layout.summary}, {result.duration_seconds / 86400:.1f} days,"
         f" {result.gpu_hours:,.0f} GPU-hours"
     )
     suspended = spec.job.suspend
@@ -150,7 +143,7 @@ def decide_launch(
         "conditions": conditions,
         "plan": plan_document,
         "gpus": result.gpus,
-        "layout": _layout_summary(plan_document["layout"]),
+        "layout": result.layout.summary,
         "jobName": job,
         "lastUpdatedTime": now.isoformat(),
     }

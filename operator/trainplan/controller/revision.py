@@ -16,12 +16,13 @@ from typing import Any
 
 import aiohttp
 
-from trainplan.api import Phase, Plan, TrainingPlanSpec
+from trainplan.api import Plan, TrainingPlanSpec
 from trainplan.cluster import KubernetesApi
 from trainplan.controller.config import OperatorConfig
 from trainplan.controller.progress import ProgressUpdate, progress_update
 from trainplan.eta import EtaState, Observation, PlanFacts, plan_facts, revise
 from trainplan.launcher import label_value, plan_pods_selector, workload_kind
+from trainplan.launcher.env import JOB_COMPLETION_INDEX_ANNOTATION
 from trainplan.monitor import (
     FailureLedger,
     ScrapeError,
@@ -32,10 +33,6 @@ from trainplan.monitor import (
     scrape,
     summarize_gpus,
 )
-
-COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-ACTIVE_PHASES = frozenset({Phase.LAUNCHING.value, Phase.RUNNING.value, Phase.RESTARTING.value})
-"""Phases whose ETA is revised."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +75,7 @@ def node_urls(pods: Sequence[Mapping[str, Any]], port: int) -> dict[str, str]:
     for pod in pods:
         annotations = (pod.get("metadata", {}) or {}).get("annotations", {}) or {}
         status = pod.get("status", {}) or {}
-        index = annotations.get(COMPLETION_INDEX_ANNOTATION)
+        index = annotations.get(JOB_COMPLETION_INDEX_ANNOTATION)
         ip = status.get("podIP")
         if index is not None and ip and status.get("phase") == "Running":
             urls[str(index)] = f"http://{ip}:{port}/metrics"
@@ -116,7 +113,9 @@ async def read_metrics(
     try:
         if config.prometheus_url:
             selector = f'namespace="{namespace}",plan="{label_value(name)}"'
-            metrics = await query_prometheus(session, config.prometheus_url, selector)
+            metrics = await query_prometheus(
+                session, config.prometheus_url, selector, config.scrape_timeout_seconds
+            )
         else:
             urls = node_urls(pods, port)
             if "0" not in urls:

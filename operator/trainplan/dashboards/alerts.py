@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import yaml
 
-from trainplan.api import Phase
+from trainplan.api import ACTIVE_PHASES, NEARLY_EXHAUSTED_RATIO
 from trainplan.dashboards.promql import BY_PLAN, ON_PLAN, UP, equals, matches, series
 from trainplan.runtime.schema import (
     BUDGET_GPU_HOURS,
@@ -43,9 +43,6 @@ DEFAULT_OPERATOR_JOB: Final = ".*trainplan.*-metrics"
 ServiceMonitor scrapes the Service `<release fullname>-metrics`, and prometheus-operator
 names the job after the Service."""
 
-ACTIVE_PHASES: Final = (Phase.LAUNCHING, Phase.RUNNING, Phase.RESTARTING)
-"""The phases whose ETA the operator revises."""
-
 STALL_STEP_TIMES: Final = 10
 """Stalled: no step for this many step times (the larger of planned and measured)..."""
 STALL_MIN_SECONDS: Final = 600
@@ -53,9 +50,6 @@ STALL_MIN_SECONDS: Final = 600
 
 RESTART_STORM_FAILURES: Final = 3
 RESTART_STORM_WINDOW: Final = "1h"
-
-NEARLY_EXHAUSTED_RATIO: Final = 0.8
-"""As the GPUBudget's NearlyExhausted condition (used over the allowance)."""
 
 PLAN: Final = "{{ $labels.namespace }}/{{ $labels.plan }}"
 BUDGET: Final = "{{ $labels.namespace }}/{{ $labels.budget }}"

@@ -10,7 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from trainplan.api import Plan, TrainingPlanSpec, parse_duration_seconds
+from trainplan.api import Plan
 from trainplan.eta import Estimate
 from trainplan.monitor.exposition import PlanMetrics, PlanSnapshot
 
@@ -20,24 +20,21 @@ RESTART_REASON = "restart"
 
 def local_snapshot(
     plan: Plan,
-    spec: TrainingPlanSpec,
     estimate: Estimate,
     *,
     failures: int,
     planned_step_seconds: float,
     planned_mfu: float | None,
-    started_seconds: float,
     revised_seconds: float,
 ) -> PlanSnapshot:
-    """The plan series of one revision of a local run (times in Unix seconds)."""
-    layout = plan.layout
+    """The plan series of one revision of a local run (times in Unix seconds). A local
+    run plans for its process count, so it has no deadline series."""
     measured_mfu = estimate.measured_mfu
     if measured_mfu is not None and not math.isfinite(measured_mfu):
         measured_mfu = None
-    deadline = spec.objective.deadline
     return PlanSnapshot(
         gpu_type=plan.gpu_type,
-        layout=f"TP{layout.tensor} PP{layout.pipeline} DP{layout.data}",
+        layout=plan.layout.summary,
         phase="Running",
         gpus=plan.gpus,
         progress_ratio=estimate.progress_ratio,
@@ -50,9 +47,6 @@ def local_snapshot(
         failures_by_reason=((RESTART_REASON, failures),),
         gpu_hours_used=estimate.gpu_hours_used,
         gpu_hours_projected=estimate.gpu_hours_projected,
-        deadline_timestamp_seconds=(
-            started_seconds + parse_duration_seconds(deadline) if deadline else None
-        ),
         lost_seconds=estimate.lost_seconds,
     )
 

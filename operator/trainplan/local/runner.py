@@ -229,12 +229,10 @@ class _Supervisor:
         self.revisions.append(revision)
         snapshot = local_snapshot(
             self.local.plan,
-            self.local.spec,
             estimate,
             failures=self.failures,
             planned_step_seconds=self.facts.planned_step_seconds,
             planned_mfu=self.facts.planned_mfu,
-            started_seconds=self.started,
             revised_seconds=revision.time,
         )
         self.metrics.record(LOCAL_NAMESPACE, self.local.name, snapshot)

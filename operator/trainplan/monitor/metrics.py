@@ -4,8 +4,10 @@ pod serves, with prometheus-client's parser (pure)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Final
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -105,24 +107,22 @@ def _positive(value: int | None) -> int | None:
     return value if value else None
 
 
-def parse_metrics(text: str) -> TrainingMetrics:
-    """The trainplan series in a Prometheus text exposition; others are ignored.
-    Raises ValueError when the text is not the exposition format."""
-    scalars: dict[str, float] = {}
-    gpus: dict[str, dict[str, float]] = {}
-    gpu_fields = {
+GPU_FIELDS: Final = MappingProxyType(
+    {
         GPU_UTILIZATION_RATIO.name: "utilization_ratio",
         GPU_MEMORY_USED_BYTES.name: "memory_used_bytes",
         GPU_MEMORY_TOTAL_BYTES.name: "memory_total_bytes",
         GPU_POWER_WATTS.name: "power_watts",
     }
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in gpu_fields:
-                gpu = sample.labels.get(GPU_LABEL, "")
-                gpus.setdefault(gpu, {})[gpu_fields[sample.name]] = sample.value
-            elif sample.name.startswith("trainplan_train_"):
-                scalars[sample.name] = sample.value
+)
+"""Each GPU series and the `GpuMetrics` field it fills."""
+
+
+def training_metrics(
+    scalars: Mapping[str, float], gpus: Mapping[str, Mapping[str, float]]
+) -> TrainingMetrics:
+    """TrainingMetrics from the training series' values by name and each GPU's values by
+    `GpuMetrics` field (from a pod's page or from Prometheus): placeholders are None."""
     histogram = TRAIN_STEP_SECONDS.name
     return TrainingMetrics(
         step=_int(scalars.get(TRAIN_STEP.name)),
@@ -135,3 +135,18 @@ def parse_metrics(text: str) -> TrainingMetrics:
         checkpoint_step=_positive(_int(scalars.get(TRAIN_CHECKPOINT_STEP.name))),
         gpus=tuple(GpuMetrics(gpu=gpu, **values) for gpu, values in sorted(gpus.items())),
     )
+
+
+def parse_metrics(text: str) -> TrainingMetrics:
+    """The trainplan series in a Prometheus text exposition; others are ignored.
+    Raises ValueError when the text is not the exposition format."""
+    scalars: dict[str, float] = {}
+    gpus: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in GPU_FIELDS:
+                gpu = sample.labels.get(GPU_LABEL, "")
+                gpus.setdefault(gpu, {})[GPU_FIELDS[sample.name]] = sample.value
+            elif sample.name.startswith("trainplan_train_"):
+                scalars[sample.name] = sample.value
+    return training_metrics(scalars, gpus)

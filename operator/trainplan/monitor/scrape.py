@@ -3,17 +3,19 @@ Prometheus server's HTTP API. Does network I/O (aiohttp)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
 
-from trainplan.monitor.metrics import GpuMetrics, TrainingMetrics, parse_metrics
+from trainplan.monitor.metrics import (
+    GPU_FIELDS,
+    TrainingMetrics,
+    parse_metrics,
+    training_metrics,
+)
 from trainplan.runtime.schema import (
     GPU_LABEL,
-    GPU_MEMORY_TOTAL_BYTES,
-    GPU_MEMORY_USED_BYTES,
-    GPU_POWER_WATTS,
-    GPU_UTILIZATION_RATIO,
     TRAIN_CHECKPOINT_STEP,
     TRAIN_LAST_STEP_TIMESTAMP_SECONDS,
     TRAIN_LOSS,
@@ -63,14 +65,6 @@ async def _query(
     return result
 
 
-_GPU_FIELDS = {
-    GPU_UTILIZATION_RATIO.name: "utilization_ratio",
-    GPU_MEMORY_USED_BYTES.name: "memory_used_bytes",
-    GPU_MEMORY_TOTAL_BYTES.name: "memory_total_bytes",
-    GPU_POWER_WATTS.name: "power_watts",
-}
-
-
 async def query_prometheus(
     session: aiohttp.ClientSession,
     prometheus_url: str,
@@ -79,8 +73,8 @@ async def query_prometheus(
 ) -> TrainingMetrics:
     """The training series through a Prometheus server: `max(<metric>{<selector>})` for
     each, e.g. selector `namespace="team-a",plan="llama"`; and every node's GPU series,
-    each GPU named `<pod or instance>/<gpu>`."""
-    values: dict[str, float | None] = {}
+    each GPU named `<pod or instance>/<gpu>`. The queries run at once; the reporter's
+    placeholders mean "not known yet", as on a pod's page."""
     names = (
         TRAIN_STEP.name,
         TRAIN_TOTAL_STEPS.name,
@@ -89,31 +83,28 @@ async def query_prometheus(
         TRAIN_LAST_STEP_TIMESTAMP_SECONDS.name,
         TRAIN_CHECKPOINT_STEP.name,
     )
-    for name in names:
-        result = await _query(
-            session, prometheus_url, f"max({name}{{{selector}}})", timeout_seconds
-        )
-        values[name] = float(result[0]["value"][1]) if result else None
+    training, *per_gpu = await asyncio.gather(
+        asyncio.gather(
+            *(
+                _query(session, prometheus_url, f"max({name}{{{selector}}})", timeout_seconds)
+                for name in names
+            )
+        ),
+        *(
+            _query(session, prometheus_url, f"{name}{{{selector}}}", timeout_seconds)
+            for name in GPU_FIELDS
+        ),
+    )
+    scalars = {
+        name: float(result[0]["value"][1])
+        for name, result in zip(names, training, strict=True)
+        if result
+    }
     gpus: dict[str, dict[str, float]] = {}
-    for name, gpu_field in _GPU_FIELDS.items():
-        for series in await _query(
-            session, prometheus_url, f"{name}{{{selector}}}", timeout_seconds
-        ):
+    for gpu_field, vector in zip(GPU_FIELDS.values(), per_gpu, strict=True):
+        for series in vector:
             labels = series.get("metric", {})
             node = labels.get("pod") or labels.get("instance", "")
             gpu = f"{node}/{labels.get(GPU_LABEL, '')}"
             gpus.setdefault(gpu, {})[gpu_field] = float(series["value"][1])
-
-    def as_int(name: str) -> int | None:
-        value = values.get(name)
-        return None if value is None else int(value)
-
-    return TrainingMetrics(
-        step=as_int(TRAIN_STEP.name),
-        total_steps=as_int(TRAIN_TOTAL_STEPS.name),
-        tokens=as_int(TRAIN_TOKENS.name),
-        loss=values.get(TRAIN_LOSS.name),
-        last_step_timestamp_seconds=values.get(TRAIN_LAST_STEP_TIMESTAMP_SECONDS.name),
-        checkpoint_step=as_int(TRAIN_CHECKPOINT_STEP.name),
-        gpus=tuple(GpuMetrics(gpu=gpu, **fields) for gpu, fields in sorted(gpus.items())),
-    )
+    return training_metrics(scalars, gpus)

@@ -180,7 +180,6 @@ class TrainingReporter:
         """Record the run's total optimizer steps (when known only once training starts)."""
         if self._series is not None:
             self._series.total_steps.set(total_steps)
-            self._series.loss.set(math.nan)  # no loss yet: a gap in graphs, not a 0
 
     def checkpoint(self, step: int, seconds: float) -> None:
         """Record a checkpoint of `step` that took `seconds` to write.
