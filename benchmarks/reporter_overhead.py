@@ -2,7 +2,7 @@
 
 `python -m benchmarks.reporter_overhead` times CALLS calls of `step()` REPEATS times for
 each case and reports the median wall-clock time per call (loop included, so an upper
-bound); it exits 1 if any case reaches the goal.
+bound); it exits 1 if any case misses the goal.
 """
 
 from __future__ import annotations
