@@ -6,8 +6,9 @@ from trainplan.api import Plan, TrainingPlanSpec
 from trainplan.eta.model import PlanFacts
 
 
-def plan_facts(plan: Plan, spec: TrainingPlanSpec) -> PlanFacts:
-    """The figures the ETA engine starts from, taken from the plan in force."""
+def plan_facts(plan: Plan, spec: TrainingPlanSpec | None = None) -> PlanFacts:
+    """The figures the ETA engine starts from, taken from the plan in force (and the
+    deadline from its spec, when there is one)."""
     reliability = plan.reliability
     # The planner resolved the rate (the spec's, else the catalog's) into the mean time
     # between interruptions; none means a rate of zero.
@@ -22,5 +23,7 @@ def plan_facts(plan: Plan, spec: TrainingPlanSpec) -> PlanFacts:
         interruptions_per_gpu_hour=rate,
         planned_mfu=plan.mfu,
         planned_duration_seconds=plan.duration_seconds,
-        deadline_seconds=spec.objective.deadline_seconds,
+        deadline_seconds=None if spec is None else spec.objective.deadline_seconds,
+        tokens_per_step=float(plan.tokens_per_step),
+        checkpoint_seconds=reliability.checkpoint_seconds,
     )
