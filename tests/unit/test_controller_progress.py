@@ -228,3 +228,32 @@ def test_operator_metrics_give_the_deadline_and_the_time_lost() -> None:
         other = snapshot_from_status({"startTime": start_time}, spec)
         assert other.deadline_timestamp_seconds is None
     assert snapshot_from_status(status).deadline_timestamp_seconds is None
+
+
+def test_before_the_first_step_the_status_says_so_and_shows_the_plan() -> None:
+    state = EtaState()
+    estimate = None
+    # Five minutes of loading: metrics at step 0, no step done yet.
+    for second in range(0, 301, 30):
+        estimate, state = revise(
+            FACTS, state, Observation(time=NOW + timedelta(seconds=second), step=0, started_at=NOW)
+        )
+    assert estimate is not None
+    assert estimate.waiting_for_first_step
+    assert not estimate.stalled  # a first step may take half an hour
+    assert estimate.remaining_seconds > 0.9 * FACTS.planned_duration_seconds
+    update = progress_update(
+        estimate,
+        FailureLedger(),
+        {},
+        tokens=None,
+        last_step_time=None,
+        metrics_error=None,
+        generation=1,
+        now=NOW + timedelta(seconds=300),
+    )
+    stalled = next(c for c in update.status["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("False", "WaitingForFirstStep")
+    assert "plan" in stalled["message"]
+    validator = validator_for(committed_crd("trainingplans"), "status")
+    assert list(validator.iter_errors(update.status)) == []

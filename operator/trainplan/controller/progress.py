@@ -47,6 +47,38 @@ def gpu_usage_status(gpus: GpuUsage) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value is not None}
 
 
+def _stalled_condition(
+    estimate: Estimate, *, now: datetime, generation: int | None
+) -> dict[str, Any]:
+    if estimate.stalled:
+        waited = format_duration(estimate.seconds_since_progress)
+        message = (
+            f"no step completed yet after {waited}"
+            if estimate.waiting_for_first_step
+            else f"no step completed for {waited}"
+        )
+        return make_condition(
+            ConditionType.STALLED, "True", "NoProgress", message, now=now, generation=generation
+        )
+    if estimate.waiting_for_first_step:
+        return make_condition(
+            ConditionType.STALLED,
+            "False",
+            "WaitingForFirstStep",
+            "waiting for the first step; the estimate is the plan's",
+            now=now,
+            generation=generation,
+        )
+    return make_condition(
+        ConditionType.STALLED,
+        "False",
+        "Progressing",
+        "steps are completing",
+        now=now,
+        generation=generation,
+    )
+
+
 def progress_update(
     estimate: Estimate,
     ledger: FailureLedger,
@@ -98,16 +130,7 @@ def progress_update(
             now=now,
             generation=generation,
         ),
-        make_condition(
-            ConditionType.STALLED,
-            "True" if estimate.stalled else "False",
-            "NoProgress" if estimate.stalled else "Progressing",
-            f"no step completed for {format_duration(estimate.seconds_since_progress)}"
-            if estimate.stalled
-            else "steps are completing",
-            now=now,
-            generation=generation,
-        ),
+        _stalled_condition(estimate, now=now, generation=generation),
     ]
     status: dict[str, Any] = {
         "progress": progress,

@@ -132,8 +132,19 @@ class _Display:
         )
         self.task = self.progress.add_task(local.name, total=local.plan.total_steps, info="")
         self.planned = local.plan.step_seconds
+        self.planned_duration = local.plan.duration_seconds
+        self.gpu_type = local.plan.gpu_type
 
     def update(self, estimate: Estimate, restarts: int) -> None:
+        if estimate.waiting_for_first_step:
+            # The plan is for its GPU type, not this machine: no remaining time is shown
+            # until a step has been measured.
+            info = (
+                f"waiting for the first step | plan: {_duration(self.planned_duration)}"
+                f" on {self.gpu_type} | restarts {restarts}"
+            )
+            self.progress.update(self.task, completed=0, info=info)
+            return
         measured = estimate.measured_step_seconds
         step_text = f"{measured:.3f} s/step" if measured else "-- s/step"
         info = (
