@@ -60,6 +60,7 @@ def _register_commands() -> None:
     from trainplan.cli import (
         crds_command,
         dashboard_command,
+        eta_command,
         operator_command,
         render_command,
         run_command,
@@ -68,6 +69,7 @@ def _register_commands() -> None:
     main.add_command(crds_command.command)
     main.add_command(dashboard_command.dashboard_command)
     main.add_command(dashboard_command.alerts_command)
+    main.add_command(eta_command.group)
     main.add_command(operator_command.command)
     main.add_command(render_command.command)
     main.add_command(run_command.command)
