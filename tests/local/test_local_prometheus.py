@@ -6,11 +6,18 @@ has the series."""
 from __future__ import annotations
 
 import io
+import json
+import os
+import re
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+from click.testing import CliRunner
 from rich.console import Console
 
 from tests.dashboard_queries import (
@@ -22,6 +29,7 @@ from tests.dashboard_queries import (
 )
 from tests.integration.prometheus_server import PrometheusServer, free_port, prometheus_binary
 from trainplan.api import parse_training_plan_spec
+from trainplan.cli.main import main
 from trainplan.dashboards import alert_rules
 from trainplan.local.launch import LOCAL_NAMESPACE, plan_locally
 from trainplan.local.runner import LocalOptions, LocalResult, run_local
@@ -134,6 +142,7 @@ def test_dashboard_and_alert_queries_run_against_a_local_run(tmp_path: Path) -> 
         # What the chart's PodMonitor adds to the training pods' series.
         {"training": {"namespace": LOCAL_NAMESPACE, "plan": DASHBOARD_PLAN}},
     )
+    started = time.time()
     runner.start()
     try:
         pending = list(expected)
@@ -151,9 +160,57 @@ def test_dashboard_and_alert_queries_run_against_a_local_run(tmp_path: Path) -> 
             prometheus.query(rule.expr)
         namespaces = prometheus.query(variable_queries()[0].expr)
         assert {r["metric"]["namespace"] for r in namespaces} == {LOCAL_NAMESPACE}
+        runner.join(timeout=120)
+        time.sleep(2.5)  # the last scrapes of the finished run
+        trace = _export_trace(prometheus.url, started, time.time(), tmp_path)
     finally:
         runner.join(timeout=120)
         prometheus.stop()
     assert not runner.is_alive()
     (result,) = outcome
     assert result.exit_code == 0
+    # The trace the documented export wrote replays and is scored against the real end.
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(local.plan.to_document()), encoding="utf-8")
+    replayed = CliRunner().invoke(
+        main,
+        ["eta", "replay", str(trace), "--plan", str(plan_file), "-o", "jsonl"],
+        env={"NO_COLOR": "1"},
+    )
+    assert replayed.exit_code == 0, replayed.output
+    lines = [json.loads(line) for line in replayed.stdout.splitlines()]
+    assert lines[-1]["step"] == local.plan.total_steps
+    assert any("errors" in line for line in lines), "the trace never reached the real end"
+
+
+def _export_trace(url: str, start: float, end: float, directory: Path) -> Path:
+    """Run docs/eta.md's export script against the test's Prometheus."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "eta.md"
+    section = docs.read_text(encoding="utf-8").split("### Export a trace from Prometheus")[1]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match, "no export script in docs/eta.md"
+    script = directory / "export_trace.py"
+    script.write_text(match.group(1), encoding="utf-8")
+    environment = {
+        **os.environ,
+        "PROM": url,
+        "NS": LOCAL_NAMESPACE,
+        "PLAN": DASHBOARD_PLAN,
+        "START": f"{start:.3f}",
+        "END": f"{end:.3f}",
+        "STEP": "1s",
+    }
+    exported = subprocess.run(
+        [sys.executable, str(script)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    trace = directory / "trace.jsonl"
+    trace.write_text(exported.stdout, encoding="utf-8")
+    rows = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert len(rows) > 10
+    assert {"time", "step", "failures"} <= rows[0].keys()
+    return trace
