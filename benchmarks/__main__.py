@@ -14,6 +14,10 @@ BENCHMARKS = (
     ("planner accuracy", "benchmarks.accuracy"),
     ("reporter overhead", "benchmarks.reporter_overhead"),
     ("ETA accuracy under injected failures", "benchmarks.eta_accuracy"),
+    (
+        "ETA accuracy at real scale (public runs, published failure rates)",
+        "benchmarks.eta_real_scale",
+    ),
     ("operator at scale (1,000 plans)", "benchmarks.operator_scale"),
 )
 NOT_HERE = (

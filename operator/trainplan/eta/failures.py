@@ -218,6 +218,15 @@ class CostLaw:
 
     log_median: float
     log_sd: float
+    evidence: float = PRIOR_COST_WEIGHT
+    """How many episodes the law rests on, the prior's included."""
+
+    @property
+    def mean_variance(self) -> float:
+        """Squared coefficient of variation of the estimated mean cost: one cost's
+        (exp(sigma^2) - 1) over the episodes it rests on. A cost law learned from few,
+        heavy-tailed episodes may be off for every interruption still to come."""
+        return math.expm1(self.log_sd**2) / max(1.0, self.evidence)
 
     def raw_moment(self, k: int) -> float:
         """E[cost^k]."""
@@ -285,7 +294,7 @@ def posterior_cost_law(
     prior_mu = math.log(max(MIN_COST_SECONDS, prior_median))
     n = stats.count
     if n == 0:
-        return CostLaw(prior_mu, prior_log_sd)
+        return CostLaw(prior_mu, prior_log_sd, weight)
     sample_mean = stats.log_sum / n
     sum_squares = max(0.0, stats.log_squared_sum - n * sample_mean**2)
     (weight * prior_mu + n * sample_mean) / (weight + n)
@@ -297,7 +306,7 @@ def posterior_cost_law(
     sigma = min(MAX_COST_LOG_SD, math.sqrt(spread / (weight + n)))
     prior_mean = math.exp(prior_mu + prior_log_sd**2 / 2)
     mean = (weight * prior_mean + stats.total_seconds) / (weight + n)
-    return CostLaw(math.log(mean) - sigma**2 / 2, sigma)
+    return CostLaw(math.log(mean) - sigma**2 / 2, sigma, weight + n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,6 +507,8 @@ class Interruptions:
         ):
             rate = known.wandering(self.wander)
             lost = compound_cumulants(rate.raw_moments, exposure_seconds, law.raw_moments)
+            # The mean cost is an estimate too: its error scales every interruption alike.
+            lost = replace(lost, variance=lost.variance + lost.mean**2 * law.mean_variance)
             none = rate.none_within(exposure_seconds) if lost.mean > 0 else 1.0
             kinds.append(((none, Cumulants()), (1.0 - none, lost.given_some(none))))
         return [

@@ -41,6 +41,10 @@ BATCH_SECONDS = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
 MIN_BATCHES = 6
 SHIFT_Z = 3.0
 """A level shift must stand this many standard deviations of the run's own wander."""
+SHIFT_MIN_SECONDS = 48 * 3600.0
+"""...and have lasted at least two days of running (a slow node is found and fixed
+sooner: BLOOM's took about three days to find at 5%, chronicles.md:250-303; a 2x
+straggler is noticed within hours)."""
 _EMPTY = (0.0,) * len(SCALES_SECONDS)
 
 
@@ -226,26 +230,28 @@ def wander_at(stats: SpeedStats, horizon_seconds: float, *, local: bool = False)
 
 def _level_shift(stats: SpeedStats, fallback_dispersion: float) -> float | None:
     """The window to use when the speed has moved to a new level and stayed there: the
-    last half of the run differs from the whole by more than `SHIFT_Z` times what its
-    wander (batch means) explains, and so does the last quarter, on the same side (a
-    lasting change, not a slowdown that is passing; the two-window test of Basseville
-    and Nikiforov, Detection of Abrupt Changes, 1993, section 2.2). None: no shift."""
+    speed over a recent window (a quarter of the run, at least `SHIFT_MIN_SECONDS`, at
+    most half of it) differs from the whole run's by more than `SHIFT_Z` times what its
+    wander (batch means) explains, and so does the speed over half that window, on the
+    same side (a lasting change, not a slowdown that is passing; the two-window test of
+    Basseville and Nikiforov, Detection of Abrupt Changes, 1993, section 2.2). None: no
+    shift."""
     history = stats.productive_seconds
-    if history < 8 * SCALES_SECONDS[0] or not stats.blocks:
+    recent = max(SHIFT_MIN_SECONDS, history / 4)
+    if recent > history / 2 or not stats.blocks:
         return None
     whole = _interpolated(stats, history, fallback_dispersion).log_seconds_per_work
     sides = []
-    for share in (0.5, 0.25):
-        recent = history * share
-        level = _interpolated(stats, recent, fallback_dispersion)
-        noise = wander_at(stats, recent, local=True) + level.standard_error_log_variance
+    for window in (recent, recent / 2):
+        level = _interpolated(stats, window, fallback_dispersion)
+        noise = wander_at(stats, window, local=True) + level.standard_error_log_variance
         if noise <= 0:
             return None
         gap = level.log_seconds_per_work - whole
         if abs(gap) <= SHIFT_Z * math.sqrt(noise):
             return None
         sides.append(gap > 0)
-    return history * 0.25 if sides[0] == sides[1] else None
+    return recent if sides[0] == sides[1] else None
 
 
 def long_run_seconds_per_work(stats: SpeedStats) -> float | None:
