@@ -13,7 +13,7 @@ is observed.
 
 Rate. Interruptions are a Poisson process (Gelman et al., Bayesian Data Analysis, 3rd
 ed., section 2.6) whose rate has a prior with the plan's rate (fleet data) as mean: a
-mixture of Gammas, each weighing two interruptions, for a cluster like the fleet, one
+mixture of Gammas, each weighing three interruptions, for a cluster like the fleet, one
 several times better and one several times worse, so a cluster four times worse than
 the fleet is learned from its first few interruptions and its range is wide until then.
 The exposure is the time the run was up.
@@ -42,9 +42,10 @@ from dataclasses import dataclass, field, replace
 
 from trainplan.eta.distribution import Cumulants, compound_cumulants
 
-PRIOR_INTERRUPTIONS = 2.0
-"""Shape of each Gamma component of the rate's prior: it weighs as much as two
-interruptions."""
+PRIOR_INTERRUPTIONS = 3.0
+"""Shape of each Gamma component of the rate's prior: it weighs as much as three
+interruptions (a clump of two or three, as a Poisson process has, does not convince it
+that the cluster is several times worse)."""
 RATE_PRIOR_MIXTURE = ((0.30, 0.2), (0.50, 0.6), (0.15, 2.0), (0.05, 7.0))
 """(weight, rate over the plan's rate) of the prior's components; their mean is the
 plan's rate. Published rates per GPU-hour differ from the fleet default (Llama 3, arXiv
@@ -537,8 +538,13 @@ def interruption_laws(
             evidence.exposure_seconds,
             max_prior_seconds=max_prior_seconds,
         ),
+        # The plan's cost (restart plus half a checkpoint interval) is an expected value:
+        # the prior's mean, its median below it.
         ordinary_cost=posterior_cost_law(
-            prior_cost_seconds, PRIOR_COST_LOG_SD, PRIOR_COST_WEIGHT, evidence.costs
+            prior_cost_seconds * math.exp(-(PRIOR_COST_LOG_SD**2) / 2),
+            PRIOR_COST_LOG_SD,
+            PRIOR_COST_WEIGHT,
+            evidence.costs,
         ),
         major_rate=major_rate(majors, evidence.exposure_seconds),
         major_cost=posterior_cost_law(
