@@ -415,6 +415,8 @@ class TrainingPod:
         self.port = 0
         self.gpu_utilization_ratio: float | None = None
         """Set to serve one GPU's series too."""
+        self.tokens_per_step = 1000
+        """The global tokens of one step (set to the plan's, as a real trainer reports)."""
 
     async def metrics(self, _: web.Request) -> web.Response:
         if not self.healthy:
@@ -424,7 +426,7 @@ class TrainingPod:
                 "# TYPE trainplan_train_step gauge\n"
                 f"trainplan_train_step {self.step}\n"
                 "# TYPE trainplan_train_tokens gauge\n"
-                f"trainplan_train_tokens {self.step * 1000}\n" + self._gpu_series()
+                f"trainplan_train_tokens {self.step * self.tokens_per_step}\n" + self._gpu_series()
             )
         )
 

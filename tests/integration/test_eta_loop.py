@@ -4,6 +4,7 @@ the operator metrics follow; a failing scrape degrades to MetricsAvailable=False
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import urllib.request
 from typing import Any
@@ -72,7 +73,8 @@ async def test_eta_follows_metrics_failures_and_scrape_errors(
     assert code in (200, 201)
     pod.gpu_utilization_ratio = 0.75
     await cluster.write_job_status(job, {"active": 1, "startTime": "2026-11-22T00:00:00Z"})
-    await cluster.wait_for_phase(name, "Running")
+    status = (await cluster.wait_for_phase(name, "Running"))["status"]
+    pod.tokens_per_step = status["plan"]["tokensPerStep"]
 
     pod.step = 100
     await cluster.wait_for(
@@ -82,7 +84,7 @@ async def test_eta_follows_metrics_failures_and_scrape_errors(
     status = _status(cluster, name)
     total = status["plan"]["totalSteps"]
     assert status["progress"]["totalSteps"] == total
-    assert status["progress"]["tokens"] == 100_000
+    assert status["progress"]["tokens"] == 100 * pod.tokens_per_step
     assert status["progressPercentage"] == int(100 / total * 100)
     assert status["estimatedRemainingSeconds"] > 0
     assert status["estimatedCompletionRange"]["earliest"] <= status["estimatedCompletionTime"]
@@ -119,9 +121,16 @@ async def test_eta_follows_metrics_failures_and_scrape_errors(
         lambda: any(e.get("reason") == "Restarted" for e in cluster.objects("v1/events").values()),
         "a Restarted event",
     )
-    pod.step = 150
+    # The trainer resumes from its checkpoint at step 90, and regains step 100 after
+    # the restart's lost time.
+    pod.step = 90
     await cluster.wait_for(
-        lambda: _status(cluster, name).get("progress", {}).get("step") == 150, "step 150"
+        lambda: _status(cluster, name).get("progress", {}).get("step") == 90, "step 90"
+    )
+    await asyncio.sleep(3 * status["plan"]["stepSeconds"] + 1.0)
+    pod.step = 101
+    await cluster.wait_for(
+        lambda: _status(cluster, name).get("progress", {}).get("step") == 101, "step 101"
     )
     assert _status(cluster, name)["failures"]["count"] == 1  # seen again, counted once
     await cluster.wait_for(
@@ -150,4 +159,4 @@ async def test_eta_follows_metrics_failures_and_scrape_errors(
         if sample.labels.get("plan") == name
     }
     assert samples["trainplan_plan_eta_seconds"] > 0
-    assert samples["trainplan_plan_progress_ratio"] == pytest.approx(150 / total)
+    assert samples["trainplan_plan_progress_ratio"] == pytest.approx(101 / total)

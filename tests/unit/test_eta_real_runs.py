@@ -326,3 +326,21 @@ def test_the_range_holds_the_real_end_about_four_times_in_five() -> None:
         assert figures.coverage is not None
         coverages.append(figures.coverage)
     assert 0.65 <= statistics.mean(coverages) <= 0.95
+
+
+def test_a_token_count_above_full_batches_is_not_trusted() -> None:
+    # A reporter summing every rank's tokens reports 8x the global count: progress is then
+    # counted in steps, so a run half-way through its steps is half-way, not done.
+    facts = _facts(tokens_per_step=1000.0)
+    state = EtaState()
+    estimate = None
+    for step in range(0, 1001, 50):
+        time = T0 + timedelta(seconds=100.0 * step)
+        estimate, state = revise(
+            facts,
+            state,
+            Observation(time=time, step=step, tokens=8 * 1000 * step, last_step_time=time),
+        )
+    assert estimate is not None
+    assert estimate.progress_ratio == pytest.approx(0.5)
+    assert estimate.remaining_seconds == pytest.approx(1000 * 100.0, rel=0.1)

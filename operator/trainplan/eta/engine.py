@@ -51,13 +51,16 @@ PLAN_LOG_SD = 0.20
 published runs it was not fitted to (BENCHMARKS.md)."""
 DRIFT_LOG_SD = 0.02
 """Floor on the projected speed's uncertainty: the speed may still drift."""
-WARMUP_STEPS = 5
 HIDDEN_STALL_SHARE = 0.75
 """An interval without a gap in the metrics that lost more than this share of its time
 held a stall the observations did not see."""
+WARMUP_STEPS = 5
+"""Steps left out at the start of every run segment (compilation, loading, autotuning)."""
 FULL_BATCH_SHARE = 0.95
 """Steps of at least this share of the planned tokens per step are full-size."""
-"""Steps left out at the start of every run segment (compilation, loading, autotuning)."""
+TOKENS_SLACK_SHARE = 1.05
+"""A token count above this share of the steps' full batches is another unit (per
+sequence padding, a count per rank summed twice): progress is then counted in steps."""
 RECENT_COSTS = 40
 """Closed interruptions whose costs the state lists (all of them feed the cost law)."""
 PRIOR_MIN_EXPOSURE_SECONDS = 86400.0
@@ -81,7 +84,9 @@ class StallPolicy:
 def work_of(facts: PlanFacts, step: int, tokens: int | None) -> float:
     """An observation's progress in the plan's unit of work (tokens or steps)."""
     if facts.tokens_per_step and tokens is not None and (tokens > 0 or step == 0):
-        return float(tokens)
+        full_batches = (max(step, 0) + 1) * facts.tokens_per_step
+        if tokens <= TOKENS_SLACK_SHARE * full_batches:
+            return float(tokens)
     return step * facts.work_per_step
 
 
