@@ -417,10 +417,14 @@ class TrainingPod:
         """Set to serve one GPU's series too."""
         self.tokens_per_step = 1000
         """The global tokens of one step (set to the plan's, as a real trainer reports)."""
+        self.page: str | None = None
+        """When set, served as is instead of the training series (a hostile pod)."""
 
     async def metrics(self, _: web.Request) -> web.Response:
         if not self.healthy:
             return web.Response(status=500, text="boom")
+        if self.page is not None:
+            return web.Response(text=self.page)
         return web.Response(
             text=(
                 "# TYPE trainplan_train_step gauge\n"

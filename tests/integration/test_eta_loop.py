@@ -160,3 +160,58 @@ async def test_eta_follows_metrics_failures_and_scrape_errors(
     }
     assert samples["trainplan_plan_eta_seconds"] > 0
     assert samples["trainplan_plan_progress_ratio"] == pytest.approx(101 / total)
+
+
+async def test_hostile_metric_values_neither_stop_the_revisions_nor_reach_the_status(
+    fast_operator: OperatorProcess, cluster: Cluster, pod: TrainingPod
+) -> None:
+    name = await cluster.apply_plan(_plan("hostile", pod.port))
+    job = (await cluster.wait_for_phase(name, "Launching"))["status"]["jobName"]
+    code, _ = await cluster._call(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{job}-0-hostile",
+                "namespace": "default",
+                "uid": "pod-hostile",
+                "labels": {"trainplan.dev/plan": name},
+                "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+            },
+            "status": {"phase": "Running", "podIP": "127.0.0.1"},
+        },
+    )
+    assert code in (200, 201)
+    await cluster.write_job_status(job, {"active": 1, "startTime": "2026-11-22T00:00:00Z"})
+    await cluster.wait_for_phase(name, "Running")
+
+    # A step that is no step: the revision goes on and says which series it refused.
+    pod.page = "trainplan_train_step +Inf\ntrainplan_train_tokens NaN\n"
+    await cluster.wait_for(
+        lambda: (
+            "trainplan_train_step is out of bounds"
+            in _condition(cluster, name, "MetricsAvailable").get("message", "")
+        ),
+        "the refused step in MetricsAvailable",
+    )
+    assert _condition(cluster, name, "MetricsAvailable")["status"] == "False"
+    # Values past every bound beside a good step: dropped and named, never written.
+    pod.page = (
+        "trainplan_train_step 5\ntrainplan_train_tokens 1e300\n"
+        "trainplan_train_last_step_timestamp_seconds -1e15\n"
+        'trainplan_gpu_power_watts{gpu="0"} -300\n'
+        'trainplan_gpu_utilization_ratio{gpu="0"} NaN\n'
+    )
+    await cluster.wait_for(
+        lambda: _status(cluster, name).get("progress", {}).get("step") == 5, "step 5"
+    )
+    status = _status(cluster, name)
+    assert "tokens" not in status["progress"]
+    assert "lastStepTime" not in status["progress"]
+    assert "powerWatts" not in status.get("gpuUsage", {})
+    message = _condition(cluster, name, "MetricsAvailable")["message"]
+    assert "trainplan_train_tokens" in message
+    assert "1e300" not in message
+    assert fast_operator.running

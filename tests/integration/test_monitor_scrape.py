@@ -3,6 +3,7 @@ Prometheus HTTP API stand-in; errors become ScrapeError with a reason."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -10,7 +11,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from trainplan.monitor import ScrapeError, query_prometheus, scrape
+from trainplan.monitor import ScrapeError, ScrapeLimits, query_prometheus, scrape
 
 pytestmark = pytest.mark.asyncio
 
@@ -61,9 +62,29 @@ async def _prometheus_placeholders(request: web.Request) -> web.Response:
     )
 
 
+SECRET = "aws-secret-access-key-0123456789"
+"""What an internal endpoint would answer (the cloud metadata service, say)."""
+
+
+async def _broken_with_secret(_: web.Request) -> web.Response:
+    return web.Response(text=f"trainplan_train_step {{{SECRET}\n")
+
+
+async def _large(_: web.Request) -> web.Response:
+    return web.Response(text="# " + "x" * (2 << 20) + "\n" + EXPOSITION)
+
+
+async def _many_series(_: web.Request) -> web.Response:
+    lines = (f'trainplan_gpu_power_watts{{gpu="{i}"}} 1\n' for i in range(20_000))
+    return web.Response(text="".join(lines) + EXPOSITION)
+
+
 @pytest_asyncio.fixture()
 async def server() -> AsyncIterator[str]:
     app = web.Application()
+    app.router.add_get("/secret-page", _broken_with_secret)
+    app.router.add_get("/large", _large)
+    app.router.add_get("/many", _many_series)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/broken", _broken)
     app.router.add_get("/missing", _missing)
@@ -94,7 +115,7 @@ async def test_scrape_errors_say_why(server: str, path: str, needle: str) -> Non
 async def test_scrape_of_a_closed_port_is_a_scrape_error() -> None:
     async with aiohttp.ClientSession() as session:
         with pytest.raises(ScrapeError, match="cannot scrape"):
-            await scrape(session, "http://127.0.0.1:9/metrics", timeout_seconds=1.0)
+            await scrape(session, "http://127.0.0.1:9/metrics", ScrapeLimits(timeout_seconds=1.0))
 
 
 async def test_query_prometheus(server: str) -> None:
@@ -113,3 +134,96 @@ async def test_query_prometheus_reads_placeholders_as_unknown(server: str) -> No
     assert metrics.step == 0
     assert (metrics.loss, metrics.total_steps, metrics.checkpoint_step) == (None, None, None)
     assert metrics.gpus == ()
+
+
+@pytest_asyncio.fixture()
+async def internal() -> AsyncIterator[tuple[str, list[str]]]:
+    """An internal endpoint that must never be fetched, and the paths it was asked for."""
+    asked: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.Response(text=SECRET)
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}", asked
+    await runner.cleanup()
+
+
+async def test_a_redirect_is_refused_and_never_followed(
+    internal: tuple[str, list[str]],
+) -> None:
+    target, asked = internal
+
+    async def redirect(_: web.Request) -> web.Response:
+        raise web.HTTPFound(f"{target}/latest/meta-data/iam/security-credentials/")
+
+    app = web.Application()
+    app.router.add_get("/metrics", redirect)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(ScrapeError, match="HTTP 302: redirects are refused") as raised:
+                await scrape(session, f"http://127.0.0.1:{port}/metrics")
+    finally:
+        await runner.cleanup()
+    assert asked == []
+    assert SECRET not in str(raised.value)
+    assert "meta-data" not in str(raised.value)
+
+
+async def test_a_scrape_error_never_quotes_the_page(server: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(ScrapeError, match="text format") as raised:
+            await scrape(session, f"{server}/secret-page")
+    assert SECRET not in str(raised.value)
+
+
+async def test_a_page_over_the_size_limit_is_refused(server: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(ScrapeError, match="over the 1048576-byte limit"):
+            await scrape(session, f"{server}/large", ScrapeLimits(max_bytes=1 << 20))
+        metrics = await scrape(session, f"{server}/large", ScrapeLimits(max_bytes=4 << 20))
+    assert metrics.step == 42
+
+
+async def test_a_page_too_slow_to_parse_is_a_scrape_error_and_the_loop_stays_free(
+    server: str,
+) -> None:
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    try:
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(ScrapeError, match="parsing its page took over"):
+                await scrape(session, f"{server}/many", ScrapeLimits(parse_timeout_seconds=0.01))
+            metrics = await scrape(session, f"{server}/many", ScrapeLimits(max_bytes=4 << 20))
+    finally:
+        ticker.cancel()
+    assert metrics.step == 42
+    assert len(metrics.gpus) == 20_000
+    assert ticks > 0  # the loop ran while the page was parsed in a thread
+
+
+async def test_every_scrape_error_has_a_reason() -> None:
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(ScrapeError) as raised:
+            await scrape(session, "http://127.0.0.1:9/metrics", ScrapeLimits(timeout_seconds=1.0))
+    reason = str(raised.value).split("cannot scrape http://127.0.0.1:9/metrics:")[1]
+    assert reason.strip()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -257,3 +260,58 @@ def test_before_the_first_step_the_status_says_so_and_shows_the_plan() -> None:
     assert "plan" in stalled["message"]
     validator = validator_for(committed_crd("trainingplans"), "status")
     assert list(validator.iter_errors(update.status)) == []
+
+
+def test_a_plan_of_millennia_and_non_finite_figures_still_write_a_valid_status() -> None:
+    # 14,280 years of planned steps: the completion time is beyond the dates the status
+    # can hold; the patch clamps it instead of failing every round.
+    years = replace(
+        FACTS,
+        total_steps=10**9,
+        planned_step_seconds=450.0,
+        planned_duration_seconds=4.5e11,
+        deadline_seconds=None,
+    )
+    estimate, _ = revise(years, EtaState(), Observation(time=NOW, step=0, started_at=NOW))
+    hostile = replace(
+        estimate,
+        step=-5,
+        measured_step_seconds=math.inf,
+        measured_mfu=math.nan,
+        lost_seconds=math.nan,
+        gpu_hours_projected=math.inf,
+        earliest_seconds=-1e15,
+    )
+    for case in (estimate, hostile):
+        update = progress_update(
+            case,
+            FailureLedger(),
+            {},
+            tokens=-1,
+            last_step_time=None,
+            metrics_error=None,
+            generation=1,
+            now=NOW,
+        )
+        text = json.dumps(update.status, allow_nan=False)  # no NaN or Infinity token
+        assert datetime.fromisoformat(update.status["estimatedCompletionTime"]).year < 9999
+        validator = validator_for(committed_crd("trainingplans"), "status")
+        assert list(validator.iter_errors(update.status)) == [], text
+        assert "tokens" not in update.status["progress"]
+
+
+def test_series_out_of_bounds_are_named_in_the_condition() -> None:
+    update = progress_update(
+        _estimate(40),
+        FailureLedger(),
+        {},
+        tokens=None,
+        last_step_time=None,
+        metrics_error=None,
+        dropped_series=("trainplan_gpu_power_watts",),
+        generation=1,
+        now=NOW,
+    )
+    condition = next(c for c in update.status["conditions"] if c["type"] == "MetricsAvailable")
+    assert condition["status"] == "True"
+    assert condition["message"].endswith("out of bounds, ignored: trainplan_gpu_power_watts")

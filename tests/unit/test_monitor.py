@@ -167,3 +167,59 @@ def test_placeholders_mean_unknown() -> None:
     metrics = parse_metrics(text)
     assert metrics.step == 0
     assert (metrics.loss, metrics.total_steps, metrics.checkpoint_step) == (None, None, None)
+
+
+_COUNTS = (
+    "trainplan_train_step",
+    "trainplan_train_tokens",
+    "trainplan_train_total_steps",
+    "trainplan_train_checkpoint_step",
+    "trainplan_train_last_step_timestamp_seconds",
+)
+
+
+@pytest.mark.parametrize(
+    ("series", "value"),
+    [(series, value) for series in _COUNTS for value in ("+Inf", "-Inf", "-1e15", "1e300", "-3")]
+    # A negative loss is a loss (a log-likelihood objective may report one).
+    + [("trainplan_train_loss", value) for value in ("+Inf", "-Inf", "-1e15", "1e300")],
+)
+def test_values_out_of_bounds_are_dropped_and_named(series: str, value: str) -> None:
+    page = f"trainplan_train_step 7\n{series} {value}\n"
+    metrics = parse_metrics(page)
+    assert metrics.rejected == (series,)
+    fields = {
+        "trainplan_train_step": metrics.step,
+        "trainplan_train_tokens": metrics.tokens,
+        "trainplan_train_total_steps": metrics.total_steps,
+        "trainplan_train_checkpoint_step": metrics.checkpoint_step,
+        "trainplan_train_last_step_timestamp_seconds": metrics.last_step_timestamp_seconds,
+        "trainplan_train_loss": metrics.loss,
+    }
+    assert fields[series] is None
+
+
+@pytest.mark.parametrize(
+    ("series", "value"),
+    [
+        ("trainplan_gpu_utilization_ratio", "1.5"),
+        ("trainplan_gpu_utilization_ratio", "NaN"),
+        ("trainplan_gpu_power_watts", "-250"),
+        ("trainplan_gpu_power_watts", "+Inf"),
+        ("trainplan_gpu_memory_used_bytes", "1e300"),
+    ],
+)
+def test_gpu_values_out_of_bounds_are_dropped(series: str, value: str) -> None:
+    metrics = parse_metrics(f'trainplan_train_step 7\n{series}{{gpu="0"}} {value}\n')
+    (gpu,) = metrics.gpus
+    assert (gpu.utilization_ratio, gpu.power_watts, gpu.memory_used_bytes) == (None, None, None)
+    assert metrics.rejected == (() if value == "NaN" else (series,))
+
+
+def test_values_within_bounds_are_kept() -> None:
+    metrics = parse_metrics(
+        "trainplan_train_step 9007199254740991\ntrainplan_train_loss -3\n"
+        'trainplan_gpu_power_watts{gpu="0"} 700\n'
+    )
+    assert (metrics.step, metrics.loss, metrics.rejected) == (2**53 - 1, -3.0, ())
+    assert metrics.gpus[0].power_watts == 700.0

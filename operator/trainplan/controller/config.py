@@ -32,6 +32,12 @@ class OperatorConfig:
     """How often each GPUBudget's used, committed and remaining GPU-hours are revised."""
     scrape_timeout_seconds: float = 5.0
     """One scrape of a training pod's metrics."""
+    scrape_max_bytes: int = 1 << 20
+    """The largest metrics page read from a pod, in bytes (a reporter's page is a few KiB);
+    a larger one is a scrape error."""
+    scrape_parse_timeout_seconds: float = 2.0
+    """Parsing one page (off the event loop) may take this long; longer is a scrape
+    error."""
     scrape_concurrency: int = 16
     """How many of one plan's pods are scraped at once."""
     prometheus_url: str | None = None

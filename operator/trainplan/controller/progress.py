@@ -24,8 +24,25 @@ class ProgressUpdate:
     """(type Normal|Warning, reason, message) for each transition."""
 
 
+HORIZON_SECONDS = 1000 * 365.25 * 86400.0
+"""Remaining times are written up to this (1,000 years), so every completion time is a
+date an API server and `datetime` accept."""
+FLOAT_MAX = 1e300
+"""Status numbers are finite, at most this (JSON has no NaN or infinity)."""
+
+
 def _iso(time: datetime) -> str:
     return time.isoformat()
+
+
+def _seconds(value: float) -> float:
+    """A remaining time as written: finite, within 0 and HORIZON_SECONDS."""
+    return min(HORIZON_SECONDS, max(0.0, value)) if math.isfinite(value) else HORIZON_SECONDS
+
+
+def _amount(value: float) -> float:
+    """A non-negative status number: finite, at most FLOAT_MAX (NaN reads as 0)."""
+    return min(FLOAT_MAX, max(0.0, value)) if not math.isnan(value) else 0.0
 
 
 def _was_true(current: Mapping[str, Any], condition_type: str) -> bool:
@@ -88,23 +105,27 @@ def progress_update(
     last_step_time: datetime | None,
     metrics_error: str | None,
     gpus: GpuUsage | None = None,
+    dropped_series: tuple[str, ...] = (),
     generation: int | None,
     now: datetime,
 ) -> ProgressUpdate:
     """The status fields of DESIGN.md for this revision, in one patch."""
-    remaining = estimate.remaining_seconds
-    progress: dict[str, Any] = {"step": estimate.step, "totalSteps": estimate.total_steps}
-    if tokens is not None:
+    remaining = _seconds(estimate.remaining_seconds)
+    progress: dict[str, Any] = {
+        "step": max(0, estimate.step),
+        "totalSteps": max(0, estimate.total_steps),
+    }
+    if tokens is not None and tokens >= 0:
         progress["tokens"] = tokens
     if estimate.measured_step_seconds is not None:
-        progress["measuredStepSeconds"] = estimate.measured_step_seconds
+        progress["measuredStepSeconds"] = _amount(estimate.measured_step_seconds)
     if estimate.measured_mfu is not None and math.isfinite(estimate.measured_mfu):
-        progress["measuredMFU"] = estimate.measured_mfu
+        progress["measuredMFU"] = _amount(estimate.measured_mfu)
     if last_step_time is not None:
         progress["lastStepTime"] = _iso(last_step_time)
     failures: dict[str, Any] = {
         "count": ledger.count + estimate.inferred_failures,
-        "lostSeconds": estimate.lost_seconds,
+        "lostSeconds": _amount(estimate.lost_seconds),
     }
     if ledger.last is not None:
         failures["lastReason"] = ledger.last.reason
@@ -117,7 +138,9 @@ def progress_update(
             ConditionType.METRICS_AVAILABLE,
             "False" if metrics_error else "True",
             "ScrapeFailed" if metrics_error else "Scraped",
-            metrics_error or "training metrics read",
+            metrics_error
+            or "training metrics read"
+            + (f"; out of bounds, ignored: {', '.join(dropped_series)}" if dropped_series else ""),
             now=now,
             generation=generation,
         ),
@@ -134,17 +157,17 @@ def progress_update(
     ]
     status: dict[str, Any] = {
         "progress": progress,
-        "progressPercentage": min(100, int(estimate.progress_ratio * 100)),
+        "progressPercentage": min(100, max(0, int(_amount(estimate.progress_ratio) * 100))),
         "estimatedRemainingSeconds": round(remaining),
         "estimatedCompletionTime": _iso(now + timedelta(seconds=remaining)),
         "estimatedCompletionRange": {
-            "earliest": _iso(now + timedelta(seconds=estimate.earliest_seconds)),
-            "latest": _iso(now + timedelta(seconds=estimate.latest_seconds)),
+            "earliest": _iso(now + timedelta(seconds=_seconds(estimate.earliest_seconds))),
+            "latest": _iso(now + timedelta(seconds=_seconds(estimate.latest_seconds))),
         },
         "failures": failures,
         "gpuHours": {
-            "used": estimate.gpu_hours_used,
-            "projected": estimate.gpu_hours_projected,
+            "used": _amount(estimate.gpu_hours_used),
+            "projected": _amount(estimate.gpu_hours_projected),
         },
         "conditions": merge_conditions(current.get("conditions"), updates),
         "lastUpdatedTime": _iso(now),

@@ -9,6 +9,7 @@ the decisions are pure (`trainplan.eta`, `trainplan.controller.progress`).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from trainplan.launcher.env import JOB_COMPLETION_INDEX_ANNOTATION
 from trainplan.monitor import (
     FailureLedger,
     ScrapeError,
+    ScrapeLimits,
     TrainingMetrics,
     observe_failures,
     on_node,
@@ -33,6 +35,7 @@ from trainplan.monitor import (
     scrape,
     summarize_gpus,
 )
+from trainplan.runtime.schema import TRAIN_STEP
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +79,20 @@ def node_urls(pods: Sequence[Mapping[str, Any]], port: int) -> dict[str, str]:
         annotations = (pod.get("metadata", {}) or {}).get("annotations", {}) or {}
         status = pod.get("status", {}) or {}
         index = annotations.get(JOB_COMPLETION_INDEX_ANNOTATION)
-        ip = status.get("podIP")
-        if index is not None and ip and status.get("phase") == "Running":
-            urls[str(index)] = f"http://{ip}:{port}/metrics"
+        address = _pod_address(status.get("podIP"))
+        if index is not None and address and status.get("phase") == "Running":
+            urls[str(index)] = f"http://{address}:{port}/metrics"
     return urls
+
+
+def _pod_address(value: object) -> str | None:
+    """A pod's IP as a URL host (IPv6 in brackets); None unless it is an IP literal, so a
+    scrape goes to the pod itself and never to a name the operator would resolve."""
+    try:
+        address = ipaddress.ip_address(str(value))
+    except ValueError:
+        return None
+    return f"[{address}]" if address.version == 6 else str(address)
 
 
 async def _scrape_nodes(
@@ -87,11 +100,16 @@ async def _scrape_nodes(
 ) -> dict[str, TrainingMetrics | ScrapeError]:
     """Every node's metrics, at most `scrape_concurrency` at a time."""
     limit = asyncio.Semaphore(config.scrape_concurrency)
+    limits = ScrapeLimits(
+        timeout_seconds=config.scrape_timeout_seconds,
+        max_bytes=config.scrape_max_bytes,
+        parse_timeout_seconds=config.scrape_parse_timeout_seconds,
+    )
 
     async def one(url: str) -> TrainingMetrics | ScrapeError:
         async with limit:
             try:
-                return await scrape(session, url, config.scrape_timeout_seconds)
+                return await scrape(session, url, limits)
             except ScrapeError as error:
                 return error
 
@@ -133,8 +151,10 @@ async def read_metrics(
             metrics = replace(rank_zero, gpus=gpus)
     except ScrapeError as error:
         return None, str(error)
+    if TRAIN_STEP.name in metrics.rejected:
+        return None, f"{TRAIN_STEP.name} is out of bounds (not a step count)"
     if not metrics.has_training_series:
-        return None, "the metrics carry no trainplan_train_step series yet"
+        return None, f"the metrics carry no {TRAIN_STEP.name} series yet"
     return metrics, None
 
 
@@ -185,6 +205,7 @@ async def revise_plan(
         last_step_time=last_step_time,
         metrics_error=error,
         gpus=None if metrics is None else summarize_gpus(metrics.gpus),
+        dropped_series=() if metrics is None else metrics.rejected,
         generation=meta.get("generation"),
         now=now,
     )

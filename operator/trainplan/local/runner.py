@@ -38,7 +38,7 @@ from trainplan.local.launch import (
     local_launch,
 )
 from trainplan.local.report import Revision, summarize, write_plot, write_summary
-from trainplan.monitor import ScrapeError, TrainingMetrics, scrape
+from trainplan.monitor import ScrapeError, ScrapeLimits, TrainingMetrics, scrape
 from trainplan.monitor.exposition import PlanMetrics
 
 DEFAULT_METRICS_PORT: Final = 9401
@@ -384,7 +384,9 @@ class _Supervisor:
             while not waiter.done():
                 await asyncio.wait({waiter}, timeout=self.options.scrape_interval)
                 try:
-                    metrics: TrainingMetrics | None = await scrape(session, trainer_url, 2.0)
+                    metrics: TrainingMetrics | None = await scrape(
+                        session, trainer_url, ScrapeLimits(timeout_seconds=2.0)
+                    )
                 except ScrapeError:
                     metrics = None
                 if metrics is not None and metrics.step is not None:

@@ -11,7 +11,7 @@ from trainplan.monitor.metrics import (
     parse_metrics,
     summarize_gpus,
 )
-from trainplan.monitor.scrape import ScrapeError, query_prometheus, scrape
+from trainplan.monitor.scrape import ScrapeError, ScrapeLimits, query_prometheus, scrape
 
 __all__ = [
     "Failure",
@@ -19,6 +19,7 @@ __all__ = [
     "GpuMetrics",
     "GpuUsage",
     "ScrapeError",
+    "ScrapeLimits",
     "TrainingMetrics",
     "observe_failures",
     "on_node",

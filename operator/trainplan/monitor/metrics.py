@@ -76,7 +76,8 @@ def on_node(gpus: Sequence[GpuMetrics], node: str) -> tuple[GpuMetrics, ...]:
 
 @dataclass(frozen=True, slots=True)
 class TrainingMetrics:
-    """The training series of one pod (or of a Prometheus query), None where absent."""
+    """The training series of one pod (or of a Prometheus query), None where absent or
+    out of bounds (`rejected` names those)."""
 
     step: int | None = None
     total_steps: int | None = None
@@ -87,24 +88,67 @@ class TrainingMetrics:
     step_seconds_sum: float | None = None
     checkpoint_step: int | None = None
     gpus: tuple[GpuMetrics, ...] = ()
+    rejected: tuple[str, ...] = ()
+    """The series whose value was out of bounds (NaN where a number is due, infinite,
+    negative, beyond `COUNT_MAX`...), dropped."""
 
     @property
     def has_training_series(self) -> bool:
         return self.step is not None
 
 
-def _int(value: float | None) -> int | None:
-    return None if value is None or math.isnan(value) else int(value)
+COUNT_MAX: Final = 2**53
+"""Steps and tokens are integers below this (exact in a float, and in JSON)."""
+TIMESTAMP_RANGE_SECONDS: Final = (946_684_800.0, 4_102_444_800.0)
+"""A last-step time is within 2000-01-01 and 2100-01-01 (UTC, seconds since the epoch)."""
+LOSS_MAX: Final = 1e6
+"""A finite loss of larger magnitude is not a training loss."""
+GPU_BOUNDS: Final = MappingProxyType(
+    {
+        "utilization_ratio": 1.0,
+        "memory_used_bytes": float(2**50),
+        "memory_total_bytes": float(2**50),
+        "power_watts": 1e5,
+    }
+)
+"""Each GPU field's upper bound (all are non-negative): a ratio, 1 PiB, 100 kW."""
 
 
-def _known(value: float | None) -> float | None:
-    """The reporter's placeholders (NaN before a loss, 0 before a total or checkpoint)
-    mean "not known yet"."""
-    return None if value is None or math.isnan(value) else value
+@dataclass
+class _Checked:
+    """Values read through bounds, remembering the series that failed them."""
 
+    rejected: list[str]
 
-def _positive(value: int | None) -> int | None:
-    return value if value else None
+    def count(
+        self, name: str, value: float | None, *, placeholder_zero: bool = False
+    ) -> int | None:
+        """A non-negative integer count below COUNT_MAX; NaN (the reporter's placeholder)
+        and, with `placeholder_zero`, 0 mean "not known yet"."""
+        if value is None or math.isnan(value) or (placeholder_zero and value == 0):
+            return None
+        if not 0 <= value < COUNT_MAX:
+            self.rejected.append(name)
+            return None
+        return int(value)
+
+    def within(
+        self,
+        name: str,
+        value: float | None,
+        low: float,
+        high: float,
+        *,
+        placeholder_zero: bool = False,
+    ) -> float | None:
+        """A finite value within [low, high]; NaN (and, with `placeholder_zero`, 0) means
+        "not known yet"."""
+        if value is None or math.isnan(value) or (placeholder_zero and value == 0):
+            return None
+        if not low <= value <= high:
+            self.rejected.append(name)
+            return None
+        return value
 
 
 GPU_FIELDS: Final = MappingProxyType(
@@ -116,25 +160,52 @@ GPU_FIELDS: Final = MappingProxyType(
     }
 )
 """Each GPU series and the `GpuMetrics` field it fills."""
+_GPU_SERIES: Final = MappingProxyType({field: name for name, field in GPU_FIELDS.items()})
 
 
 def training_metrics(
     scalars: Mapping[str, float], gpus: Mapping[str, Mapping[str, float]]
 ) -> TrainingMetrics:
     """TrainingMetrics from the training series' values by name and each GPU's values by
-    `GpuMetrics` field (from a pod's page or from Prometheus): placeholders are None."""
+    `GpuMetrics` field (from a pod's page or from Prometheus): placeholders are None, and
+    so are values out of bounds (named in `rejected`)."""
+    checked = _Checked([])
     histogram = TRAIN_STEP_SECONDS.name
-    return TrainingMetrics(
-        step=_int(scalars.get(TRAIN_STEP.name)),
-        total_steps=_positive(_int(scalars.get(TRAIN_TOTAL_STEPS.name))),
-        tokens=_int(scalars.get(TRAIN_TOKENS.name)),
-        loss=_known(scalars.get(TRAIN_LOSS.name)),
-        last_step_timestamp_seconds=scalars.get(TRAIN_LAST_STEP_TIMESTAMP_SECONDS.name),
-        step_seconds_count=scalars.get(f"{histogram}_count"),
-        step_seconds_sum=scalars.get(f"{histogram}_sum"),
-        checkpoint_step=_positive(_int(scalars.get(TRAIN_CHECKPOINT_STEP.name))),
-        gpus=tuple(GpuMetrics(gpu=gpu, **values) for gpu, values in sorted(gpus.items())),
+    count_name, sum_name = f"{histogram}_count", f"{histogram}_sum"
+    gpu_metrics = tuple(
+        GpuMetrics(
+            gpu=gpu,
+            **{
+                field: checked.within(_GPU_SERIES[field], value, 0.0, GPU_BOUNDS[field])
+                for field, value in values.items()
+                if field in GPU_BOUNDS
+            },
+        )
+        for gpu, values in sorted(gpus.items())
     )
+    metrics = TrainingMetrics(
+        step=checked.count(TRAIN_STEP.name, scalars.get(TRAIN_STEP.name)),
+        total_steps=checked.count(
+            TRAIN_TOTAL_STEPS.name, scalars.get(TRAIN_TOTAL_STEPS.name), placeholder_zero=True
+        ),
+        tokens=checked.count(TRAIN_TOKENS.name, scalars.get(TRAIN_TOKENS.name)),
+        loss=checked.within(TRAIN_LOSS.name, scalars.get(TRAIN_LOSS.name), -LOSS_MAX, LOSS_MAX),
+        last_step_timestamp_seconds=checked.within(
+            TRAIN_LAST_STEP_TIMESTAMP_SECONDS.name,
+            scalars.get(TRAIN_LAST_STEP_TIMESTAMP_SECONDS.name),
+            *TIMESTAMP_RANGE_SECONDS,
+            placeholder_zero=True,
+        ),
+        step_seconds_count=checked.within(count_name, scalars.get(count_name), 0.0, COUNT_MAX),
+        step_seconds_sum=checked.within(sum_name, scalars.get(sum_name), 0.0, 1e15),
+        checkpoint_step=checked.count(
+            TRAIN_CHECKPOINT_STEP.name,
+            scalars.get(TRAIN_CHECKPOINT_STEP.name),
+            placeholder_zero=True,
+        ),
+        gpus=gpu_metrics,
+    )
+    return replace(metrics, rejected=tuple(sorted(set(checked.rejected))))
 
 
 def parse_metrics(text: str) -> TrainingMetrics:
