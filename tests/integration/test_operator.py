@@ -356,3 +356,36 @@ async def test_operator_serves_plan_metrics(operator: OperatorProcess, cluster: 
     assert samples["trainplan_plan_gpus"] == 16
     assert samples["trainplan_plan_phase"] == 1
     assert "trainplan_plan_info" in samples
+
+
+async def test_a_finished_run_is_never_launched_again(cluster: Cluster, catalog: Catalog) -> None:
+    first = OperatorProcess(cluster, catalog)
+    await first.start()
+    name = await cluster.apply_plan(_broken("finished", {}))
+    launched = await cluster.wait_for_phase(name, "Launching")
+    job = launched["status"]["jobName"]
+    nodes = launched["status"]["plan"]["nodes"]
+    await cluster.write_job_status(
+        job,
+        {
+            "active": 0,
+            "succeeded": nodes,
+            "completionTime": "2026-11-23T00:00:00Z",
+            "conditions": [{"type": "Complete", "status": "True"}],
+        },
+    )
+    await cluster.wait_for_phase(name, "Succeeded")
+    await first.stop()
+    # The Job is cleaned up (by hand or a TTL) while the operator is down.
+    code, _ = await cluster._call("DELETE", f"/apis/batch/v1/namespaces/default/jobs/{job}")
+    assert code in (200, 202)
+    assert cluster.objects(JOBS) == {}
+
+    second = OperatorProcess(cluster, catalog)
+    await second.start()
+    try:
+        await asyncio.sleep(2.0)  # the resume handlers run within this
+        assert cluster.plan(name)["status"]["phase"] == "Succeeded"
+        assert cluster.objects(JOBS) == {}
+    finally:
+        await second.stop()

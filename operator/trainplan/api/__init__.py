@@ -66,6 +66,7 @@ from trainplan.api.spec import (
 )
 from trainplan.api.status import (
     ACTIVE_PHASES,
+    FINISHED_PHASES,
     CompletionRange,
     Condition,
     ConditionType,
@@ -86,6 +87,7 @@ __all__ = [
     "APP_NAME_LABEL",
     "APP_PART_OF_LABEL",
     "DEFAULT_COMMAND",
+    "FINISHED_PHASES",
     "GPU_BUDGET_KIND",
     "GPU_BUDGET_PLURAL",
     "GROUP",

@@ -31,6 +31,8 @@ class Phase(StrEnum):
 
 ACTIVE_PHASES: Final = (Phase.LAUNCHING, Phase.RUNNING, Phase.RESTARTING)
 """The phases of a launched plan that is not done: its ETA is revised."""
+FINISHED_PHASES: Final = (Phase.SUCCEEDED, Phase.FAILED)
+"""The phases of a run that ended: it is never launched again."""
 
 
 class ConditionType(StrEnum):

@@ -36,6 +36,7 @@ from trainplan.controller.reconcile import (
     child_state,
     child_status_patch,
     decide_launch,
+    finished,
     launched_plan,
     reject,
     resume_launched,
@@ -124,6 +125,8 @@ def build_registry(
         """Plan, render and apply; write the decision as the status (once). A plan
         launched before a restart is not planned or judged again: its objects are
         applied from the stored plan and its status is left alone."""
+        if finished(body.get("status")):
+            return  # a run that ended is never launched again, even when its Job is gone
         context = _context(memo)
         resumed = _resumed(body, context)
         if resumed is None:

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainplan.api import (
+    FINISHED_PHASES,
     ConditionType,
     Phase,
     Plan,
@@ -150,6 +151,12 @@ def decide_launch(
     if generation is not None:
         status["observedGeneration"] = generation
     return LaunchDecision(tuple(objects), status, True, "Planned", summary)
+
+
+def finished(status: Mapping[str, Any] | None) -> bool:
+    """Whether the run ended (Succeeded or Failed): nothing of it is made again, even when
+    its Job is gone."""
+    return (status or {}).get("phase") in FINISHED_PHASES
 
 
 def launched_plan(generation: int | None, status: Mapping[str, Any]) -> Mapping[str, Any] | None:
