@@ -25,6 +25,10 @@ _ACCEPTED_FORMS: Final = (
     "duration ('P14D', 'PT36H', 'P1DT12H', 'PT90M', 'P2W'); months and years are not accepted"
 )
 
+DURATION_MAX_SECONDS: Final = 100 * 365.25 * 86_400.0
+"""The longest duration accepted (100 years): a deadline or a job limit beyond it is a
+mistake, and datetimes beyond it are not far from `datetime`'s range."""
+
 _NUMBER: Final = r"\d+(?:\.\d+)?"
 _SHORT_PART: Final = re.compile(rf"\s*({_NUMBER})([a-zA-Z]+)")
 _ISO: Final = re.compile(
@@ -97,6 +101,8 @@ def parse_duration_seconds(text: str) -> float:
         raise _invalid(text, "too large")
     if seconds <= 0:
         raise _invalid(text, "must be longer than zero")
+    if seconds > DURATION_MAX_SECONDS:
+        raise _invalid(text, "longer than 100 years")
     return seconds
 
 

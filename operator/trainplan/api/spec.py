@@ -46,6 +46,16 @@ _LABEL_VALUE_MAX_LENGTH: Final = 63
 """Longest Kubernetes label value (Kueue's queue name is one)."""
 
 
+_WIDTH_MAX = 1 << 24
+"""Widths, heads, vocabularies and sequence lengths: at most 2^24 (16.7M), far beyond any
+trained model, small enough that every product of them stays exact."""
+_BATCH_MAX = 1 << 24
+"""Sequences per step: at most 2^24 (a 16.7M-sequence batch; published runs use < 2^14)."""
+_GPUS_MAX = 1_000_000
+"""GPU counts and parallel degrees: at most a million."""
+_WEEK_SECONDS = 7 * 86_400.0
+
+
 class ModelSpec(ApiModel):
     """The model: a catalog preset, an explicit shape, or a preset with explicit overrides."""
 
@@ -56,21 +66,31 @@ class ModelSpec(ApiModel):
         description="Catalog model name, e.g. llama2-7b.",
     )
     parameters: float | None = Field(
-        None, gt=0, description="Parameter count; derived from the shape when omitted."
+        None,
+        gt=0,
+        le=1e14,
+        description="Parameter count (at most 1e14); derived from the shape when omitted.",
     )
-    layers: int | None = Field(None, ge=1, description="Transformer layers.")
-    hidden_size: int | None = Field(None, ge=1, description="Model (embedding) width.")
-    attention_heads: int | None = Field(None, ge=1, description="Query attention heads.")
+    layers: int | None = Field(None, ge=1, le=100_000, description="Transformer layers.")
+    hidden_size: int | None = Field(
+        None, ge=1, le=_WIDTH_MAX, description="Model (embedding) width."
+    )
+    attention_heads: int | None = Field(
+        None, ge=1, le=_WIDTH_MAX, description="Query attention heads."
+    )
     kv_heads: int | None = Field(
         None,
         ge=1,
+        le=_WIDTH_MAX,
         description="Key/value heads (grouped-query attention); default attentionHeads.",
     )
     ffn_hidden_size: int | None = Field(
-        None, ge=1, description="MLP inner width; default 4 x hiddenSize."
+        None, ge=1, le=_WIDTH_MAX, description="MLP inner width; default 4 x hiddenSize."
     )
-    vocab_size: int | None = Field(None, ge=1, description="Vocabulary size.")
-    sequence_length: int | None = Field(None, ge=1, description="Tokens per sequence.")
+    vocab_size: int | None = Field(None, ge=1, le=_WIDTH_MAX, description="Vocabulary size.")
+    sequence_length: int | None = Field(
+        None, ge=1, le=_WIDTH_MAX, description="Tokens per sequence."
+    )
     gated_mlp: bool | None = Field(
         None, alias="gatedMLP", description="SwiGLU-style gated MLP (three matrices)."
     )
@@ -115,9 +135,15 @@ class ModelSpec(ApiModel):
 class DataSpec(ApiModel):
     """How much data one epoch holds, and how many epochs to train."""
 
-    tokens: float | None = Field(None, gt=0, description="Tokens per epoch.")
-    samples: int | None = Field(None, ge=1, description="Sequences per epoch.")
-    epochs: float = Field(1.0, gt=0, description="Passes over the data; may be fractional.")
+    tokens: float | None = Field(
+        None, gt=0, le=1e16, description="Tokens per epoch (at most 1e16)."
+    )
+    samples: int | None = Field(
+        None, ge=1, le=10**13, description="Sequences per epoch (at most 1e13)."
+    )
+    epochs: float = Field(
+        1.0, gt=0, le=10_000, description="Passes over the data; may be fractional."
+    )
 
     @model_validator(mode="after")
     def _check_amount(self) -> Self:
@@ -129,9 +155,14 @@ class DataSpec(ApiModel):
 class BatchSpec(ApiModel):
     """The optimizer batch, and optionally the micro batch."""
 
-    global_batch_size: int = Field(ge=1, description="Sequences per optimizer step.")
+    global_batch_size: int = Field(
+        ge=1, le=_BATCH_MAX, description="Sequences per optimizer step (at most 2^24)."
+    )
     micro_batch_size: int | None = Field(
-        None, ge=1, description="Sequences per forward pass per GPU; chosen when omitted."
+        None,
+        ge=1,
+        le=_BATCH_MAX,
+        description="Sequences per forward pass per GPU; chosen when omitted.",
     )
 
     @model_validator(mode="after")
@@ -165,7 +196,10 @@ class ObjectiveSpec(ApiModel):
     """What to optimise: a pinned GPU count, a deadline, or the fastest plan under a cap."""
 
     gpus: int | None = Field(
-        None, ge=1, description="Pin the GPU count: the fastest layout on exactly this many."
+        None,
+        ge=1,
+        le=_GPUS_MAX,
+        description="Pin the GPU count: the fastest layout on exactly this many.",
     )
     deadline: Duration | None = Field(
         None, description="The fewest GPUs whose plan finishes in time, e.g. 14d or P1DT12H."
@@ -173,6 +207,7 @@ class ObjectiveSpec(ApiModel):
     max_gpus: int | None = Field(
         None,
         ge=1,
+        le=_GPUS_MAX,
         alias="maxGPUs",
         description="Cap on the GPU count; alone: the fastest plan within this many GPUs.",
     )
@@ -194,12 +229,13 @@ class ObjectiveSpec(ApiModel):
 class ParallelismSpec(ApiModel):
     """Optional pins of the parallel layout; anything left out is searched."""
 
-    tensor: int | None = Field(None, ge=1, description="Tensor-parallel degree.")
-    pipeline: int | None = Field(None, ge=1, description="Pipeline-parallel degree.")
-    data: int | None = Field(None, ge=1, description="Data-parallel degree.")
+    tensor: int | None = Field(None, ge=1, le=_GPUS_MAX, description="Tensor-parallel degree.")
+    pipeline: int | None = Field(None, ge=1, le=_GPUS_MAX, description="Pipeline-parallel degree.")
+    data: int | None = Field(None, ge=1, le=_GPUS_MAX, description="Data-parallel degree.")
     virtual_pipeline_stages: int | None = Field(
         None,
         ge=1,
+        le=1024,
         description="Model chunks per pipeline rank (interleaved 1F1B); 1 = not interleaved.",
     )
     sequence_parallel: bool | None = Field(
@@ -242,18 +278,29 @@ class ReliabilitySpec(ApiModel):
     """Checkpointing, restarts and the failure model."""
 
     checkpoint_interval_steps: int | None = Field(
-        None, ge=1, description="Steps between checkpoints; recommended (Young/Daly) when omitted."
+        None,
+        ge=1,
+        le=10**13,
+        description="Steps between checkpoints; recommended (Young/Daly) when omitted.",
     )
-    checkpoint_seconds: float = Field(60.0, ge=0, description="Seconds to write one checkpoint.")
-    max_restarts: int = Field(10, ge=0, description="Restarts allowed before the plan fails.")
+    checkpoint_seconds: float = Field(
+        60.0, ge=0, le=_WEEK_SECONDS, description="Seconds to write one checkpoint (up to a week)."
+    )
+    max_restarts: int = Field(
+        10, ge=0, le=1_000_000, description="Restarts allowed before the plan fails."
+    )
     interruptions_per_gpu_hour: float | None = Field(
         None,
         ge=0,
+        le=1.0,
         alias="interruptionsPerGPUHour",
-        description="Failure rate per GPU-hour; overrides the catalog's rate.",
+        description="Failure rate per GPU-hour (at most 1); overrides the catalog's rate.",
     )
     restart_seconds: float | None = Field(
-        None, ge=0, description="Seconds from an interruption to training again; catalog default."
+        None,
+        ge=0,
+        le=_WEEK_SECONDS,
+        description="Seconds from an interruption to training again; catalog default.",
     )
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from pydantic import ValidationError
+
 from trainplan.api import (
     Alternative,
     MemoryBreakdown,
@@ -21,7 +23,7 @@ from trainplan.api import (
     format_duration,
 )
 from trainplan.planner.catalog import Catalog
-from trainplan.planner.errors import InfeasiblePlanError
+from trainplan.planner.errors import InfeasiblePlanError, PlanInputError
 from trainplan.planner.explain import explain, infeasibility_reasons
 from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.resolve import ResolvedSpec, resolve
@@ -54,7 +56,20 @@ _RULE_OF_THUMB_PEAK_FLOPS = 312e12  # A100 dense bf16, the rule's reference
 
 def plan(spec: TrainingPlanSpec, catalog: Catalog) -> Plan:
     """The best plan for `spec`. Raises `PlanInputError` (bad input for this catalog or
-    model) or `InfeasiblePlanError` (no layout works)."""
+    model) or `InfeasiblePlanError` (no layout works), and nothing else: figures that
+    leave the arithmetic's range (an overflow, a plan whose numbers its own API refuses)
+    are a `PlanInputError` of the spec."""
+    try:
+        return _plan(spec, catalog)
+    except (PlanInputError, InfeasiblePlanError):
+        raise
+    except (ArithmeticError, ValidationError) as error:
+        raise PlanInputError(
+            [("spec", f"its figures take the plan out of range ({type(error).__name__})")]
+        ) from error
+
+
+def _plan(spec: TrainingPlanSpec, catalog: Catalog) -> Plan:
     resolved = resolve(spec, catalog)
     evaluator = Evaluator(resolved.workload, catalog.calibration, resolved.run)
     objective = spec.objective
