@@ -423,6 +423,15 @@ INVALID: dict[str, InvalidCase] = {
     "not-yaml-binary": (_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe"), ()),
     "yaml-list": (_text("- model: {preset: tiny}\n- 2\n"), ("expected a mapping", "list")),
     "empty-file": (_text(""), ("no document",)),
+    "duplicate-key-yaml": (
+        _text("model: {preset: tiny}\nmodel: {preset: llama2-7b}\n"),
+        ("not YAML or JSON", "the key 'model' is given twice", "line 2"),
+    ),
+    "duplicate-key-json": (
+        _text('{"data": {"tokens": 1e9, "tokens": 2e9}}'),
+        ("the key 'tokens' is given twice",),
+    ),
+    "over-one-mib": (_text("# " + "x" * (1 << 20) + "\n"), ("larger than 1048576 bytes",)),
     "comments-only": (_text("# nothing here\n---\n"), ("no document",)),
 }
 

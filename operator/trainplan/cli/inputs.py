@@ -27,9 +27,42 @@ class PlanInput:
     """The document's metadata.namespace, when it has one."""
 
 
+MAX_PLAN_FILE_BYTES = 1 << 20
+"""The largest plan file read (1 MiB; a plan is a few KiB): a larger one is refused before
+it is parsed."""
+
+
+class _FileTooLargeError(Exception):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that gives a key twice (YAML and JSON
+    would otherwise keep the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping",
+                    node.start_mark,
+                    f"the key {key!r} is given twice",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _documents(path: Path) -> list[Any]:
-    text = path.read_text(encoding="utf-8")
-    return [document for document in yaml.safe_load_all(text) if document is not None]
+    with path.open("rb") as file:
+        data = file.read(MAX_PLAN_FILE_BYTES + 1)
+    if len(data) > MAX_PLAN_FILE_BYTES:
+        raise _FileTooLargeError
+    text = data.decode("utf-8")
+    loaded = yaml.load_all(text, Loader=_UniqueKeyLoader)
+    return [document for document in loaded if document is not None]
 
 
 def read_plan_inputs(path: Path) -> list[PlanInput]:
@@ -39,6 +72,9 @@ def read_plan_inputs(path: Path) -> list[PlanInput]:
         documents = _documents(path)
     except OSError as error:
         return [PlanInput(label, path.stem, None, (f"cannot read: {error.strerror}",))]
+    except _FileTooLargeError:
+        problem = f"larger than {MAX_PLAN_FILE_BYTES} bytes; a plan file is a few KiB"
+        return [PlanInput(label, path.stem, None, (problem,))]
     except UnicodeDecodeError:
         return [PlanInput(label, path.stem, None, ("not a text file (UTF-8 expected)",))]
     except yaml.YAMLError as error:
