@@ -13,6 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.harness import Cluster, OperatorProcess, TrainingPod
+from trainplan.controller import revision
+from trainplan.eta import Estimate, EtaState, Observation, PlanFacts, StallPolicy, revise
 
 pytestmark = pytest.mark.asyncio
 
@@ -165,6 +167,8 @@ async def test_eta_follows_metrics_failures_and_scrape_errors(
 async def test_hostile_metric_values_neither_stop_the_revisions_nor_reach_the_status(
     fast_operator: OperatorProcess, cluster: Cluster, pod: TrainingPod
 ) -> None:
+    # Hostile from its first page (a good page first would leave its tokens in the status).
+    pod.page = "trainplan_train_step +Inf\ntrainplan_train_tokens NaN\n"
     name = await cluster.apply_plan(_plan("hostile", pod.port))
     job = (await cluster.wait_for_phase(name, "Launching"))["status"]["jobName"]
     code, _ = await cluster._call(
@@ -188,7 +192,6 @@ async def test_hostile_metric_values_neither_stop_the_revisions_nor_reach_the_st
     await cluster.wait_for_phase(name, "Running")
 
     # A step that is no step: the revision goes on and says which series it refused.
-    pod.page = "trainplan_train_step +Inf\ntrainplan_train_tokens NaN\n"
     await cluster.wait_for(
         lambda: (
             "trainplan_train_step is out of bounds"
@@ -214,4 +217,70 @@ async def test_hostile_metric_values_neither_stop_the_revisions_nor_reach_the_st
     message = _condition(cluster, name, "MetricsAvailable")["message"]
     assert "trainplan_train_tokens" in message
     assert "1e300" not in message
+    assert fast_operator.running
+
+
+async def test_figures_the_engine_cannot_fold_leave_the_revisions_running(
+    fast_operator: OperatorProcess,
+    cluster: Cluster,
+    pod: TrainingPod,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name = await cluster.apply_plan(_plan("unfoldable", pod.port))
+    job = (await cluster.wait_for_phase(name, "Launching"))["status"]["jobName"]
+    code, _ = await cluster._call(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{job}-0-unfoldable",
+                "namespace": "default",
+                "uid": "pod-unfoldable",
+                "labels": {"trainplan.dev/plan": name},
+                "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+            },
+            "status": {"phase": "Running", "podIP": "127.0.0.1"},
+        },
+    )
+    assert code in (200, 201)
+    await cluster.write_job_status(job, {"active": 1, "startTime": "2026-11-22T00:00:00Z"})
+    status = (await cluster.wait_for_phase(name, "Running"))["status"]
+    pod.tokens_per_step = status["plan"]["tokensPerStep"]
+    pod.step = 5
+    await cluster.wait_for(
+        lambda: _status(cluster, name).get("progress", {}).get("step") == 5, "step 5"
+    )
+
+    # An engine that cannot fold what the pod reports (an arithmetic error): the round
+    # goes on without the metrics, says so by the error's kind, and the next rounds run.
+    def unfoldable(
+        facts: PlanFacts, state: EtaState, observation: Observation, stall: StallPolicy
+    ) -> tuple[Estimate, EtaState]:
+        if observation.step is not None:
+            raise OverflowError("math range error")
+        return revise(facts, state, observation, stall)
+
+    monkeypatch.setattr(revision, "revise", unfoldable)
+    pod.step = 9
+    await cluster.wait_for(
+        lambda: (
+            _condition(cluster, name, "MetricsAvailable").get("message")
+            == "the metrics could not be used in the estimate (OverflowError)"
+        ),
+        "MetricsAvailable naming the engine's error",
+    )
+    assert _condition(cluster, name, "MetricsAvailable")["status"] == "False"
+    revised = _status(cluster, name)["lastUpdatedTime"]
+    await cluster.wait_for(
+        lambda: _status(cluster, name)["lastUpdatedTime"] != revised, "the next revision"
+    )
+    assert _status(cluster, name)["progress"]["step"] == 5
+
+    monkeypatch.undo()
+    await cluster.wait_for(
+        lambda: _status(cluster, name).get("progress", {}).get("step") == 9, "step 9"
+    )
+    assert _condition(cluster, name, "MetricsAvailable")["status"] == "True"
     assert fast_operator.running

@@ -4,7 +4,9 @@ Prometheus HTTP API stand-in; errors become ScrapeError with a reason."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import gzip
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -14,6 +16,8 @@ from aiohttp import web
 from trainplan.monitor import ScrapeError, ScrapeLimits, query_prometheus, scrape
 
 pytestmark = pytest.mark.asyncio
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 EXPOSITION = (
     "# TYPE trainplan_train_step gauge\ntrainplan_train_step 42\n"
@@ -227,3 +231,50 @@ async def test_every_scrape_error_has_a_reason() -> None:
             await scrape(session, "http://127.0.0.1:9/metrics", ScrapeLimits(timeout_seconds=1.0))
     reason = str(raised.value).split("cannot scrape http://127.0.0.1:9/metrics:")[1]
     assert reason.strip()
+
+
+@contextlib.asynccontextmanager
+async def _serving(path: str, handler: Handler) -> AsyncIterator[str]:
+    """One handler at `path` on 127.0.0.1; yields the server's base URL."""
+    app = web.Application()
+    app.router.add_get(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_compressed_page_is_bounded_by_its_decompressed_size() -> None:
+    # 16 MiB of comment in a gzip of a few KiB: the limit counts what is decompressed.
+    bomb = gzip.compress(("# " + "x" * (16 << 20) + "\n" + EXPOSITION).encode())
+
+    async def compressed(_: web.Request) -> web.Response:
+        return web.Response(body=bomb, headers={"Content-Encoding": "gzip"})
+
+    async with _serving("/metrics", compressed) as base, aiohttp.ClientSession() as session:
+        with pytest.raises(ScrapeError, match="over the 1048576-byte limit"):
+            await scrape(session, f"{base}/metrics", ScrapeLimits(max_bytes=1 << 20))
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"status": "success", "data": []},
+        {"status": "success", "data": {"result": {"not": "a vector"}}},
+        {"status": "success", "data": "text"},
+    ],
+)
+async def test_prometheus_answering_an_unexpected_shape_is_a_scrape_error(
+    payload: dict[str, object],
+) -> None:
+    async def odd(_: web.Request) -> web.Response:
+        return web.json_response(payload)
+
+    async with _serving("/api/v1/query", odd) as base, aiohttp.ClientSession() as session:
+        with pytest.raises(ScrapeError, match="answered an unexpected result"):
+            await query_prometheus(session, base, 'plan="b"')

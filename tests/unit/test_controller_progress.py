@@ -315,3 +315,36 @@ def test_series_out_of_bounds_are_named_in_the_condition() -> None:
     condition = next(c for c in update.status["conditions"] if c["type"] == "MetricsAvailable")
     assert condition["status"] == "True"
     assert condition["message"].endswith("out of bounds, ignored: trainplan_gpu_power_watts")
+
+
+def test_figures_past_every_range_are_clamped_and_the_horizon_is_noted() -> None:
+    # An estimate no engine should make (NaN waits, reversed percentiles, no total) and a
+    # clock near datetime's end: the patch still validates and says the horizon was hit.
+    hostile = replace(
+        _estimate(40),
+        remaining_seconds=math.inf,
+        earliest_seconds=math.nan,
+        latest_seconds=10.0,
+        seconds_since_progress=math.nan,
+        stalled=True,
+        total_steps=0,
+    )
+    for now in (NOW, datetime(9990, 1, 1, tzinfo=UTC)):
+        update = progress_update(
+            hostile,
+            FailureLedger(),
+            {},
+            tokens=None,
+            last_step_time=None,
+            metrics_error=None,
+            generation=1,
+            now=now,
+        )
+        json.dumps(update.status, allow_nan=False)
+        validator = validator_for(committed_crd("trainingplans"), "status")
+        assert list(validator.iter_errors(update.status)) == []
+        window = update.status["estimatedCompletionRange"]
+        assert window["earliest"] <= window["latest"]
+        assert datetime.fromisoformat(update.status["estimatedCompletionTime"]).year <= 9999
+        risk = next(c for c in update.status["conditions"] if c["type"] == "DeadlineAtRisk")
+        assert "or more (the horizon of the status)" in risk["message"]

@@ -223,3 +223,19 @@ def test_values_within_bounds_are_kept() -> None:
     )
     assert (metrics.step, metrics.loss, metrics.rejected) == (2**53 - 1, -3.0, ())
     assert metrics.gpus[0].power_watts == 700.0
+
+
+@pytest.mark.parametrize(
+    "series",
+    [
+        "trainplan_train_step",
+        "trainplan_train_tokens",
+        "trainplan_train_total_steps",
+        "trainplan_train_checkpoint_step",
+    ],
+)
+def test_a_fractional_count_is_no_count(series: str) -> None:
+    page = f"trainplan_train_step 7\n{series} 7.5\n"
+    metrics = parse_metrics(page)
+    assert metrics.rejected == (series,)
+    assert parse_metrics(f"trainplan_train_step 7\n{series} 8.0\n").rejected == ()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from trainplan.api import ConditionType, format_duration
@@ -31,8 +31,20 @@ FLOAT_MAX = 1e300
 """Status numbers are finite, at most this (JSON has no NaN or infinity)."""
 
 
+LATEST_TIME = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+"""No time written is later (`datetime`'s own limit, and RFC 3339's four-digit year)."""
+
+
 def _iso(time: datetime) -> str:
     return time.isoformat()
+
+
+def _after(now: datetime, seconds: float) -> datetime:
+    """`now` plus a remaining time, no later than LATEST_TIME."""
+    try:
+        return min(LATEST_TIME, now + timedelta(seconds=seconds))
+    except OverflowError:
+        return LATEST_TIME
 
 
 def _seconds(value: float) -> float:
@@ -68,7 +80,7 @@ def _stalled_condition(
     estimate: Estimate, *, now: datetime, generation: int | None
 ) -> dict[str, Any]:
     if estimate.stalled:
-        waited = format_duration(estimate.seconds_since_progress)
+        waited = format_duration(_seconds(estimate.seconds_since_progress))
         message = (
             f"no step completed yet after {waited}"
             if estimate.waiting_for_first_step
@@ -111,9 +123,12 @@ def progress_update(
 ) -> ProgressUpdate:
     """The status fields of DESIGN.md for this revision, in one patch."""
     remaining = _seconds(estimate.remaining_seconds)
+    earliest, latest = sorted(
+        (_seconds(estimate.earliest_seconds), _seconds(estimate.latest_seconds))
+    )
     progress: dict[str, Any] = {
         "step": max(0, estimate.step),
-        "totalSteps": max(0, estimate.total_steps),
+        "totalSteps": max(1, estimate.total_steps),  # the CRD's minimum
     }
     if tokens is not None and tokens >= 0:
         progress["tokens"] = tokens
@@ -149,6 +164,11 @@ def progress_update(
             "True" if estimate.deadline_at_risk else "False",
             "PastDeadline" if estimate.deadline_at_risk else "OnTime",
             f"median completion in {format_duration(remaining)}"
+            + (
+                ""
+                if estimate.remaining_seconds < HORIZON_SECONDS
+                else " or more (the horizon of the status)"
+            )
             + (" passes the deadline" if estimate.deadline_at_risk else ""),
             now=now,
             generation=generation,
@@ -159,10 +179,10 @@ def progress_update(
         "progress": progress,
         "progressPercentage": min(100, max(0, int(_amount(estimate.progress_ratio) * 100))),
         "estimatedRemainingSeconds": round(remaining),
-        "estimatedCompletionTime": _iso(now + timedelta(seconds=remaining)),
+        "estimatedCompletionTime": _iso(_after(now, remaining)),
         "estimatedCompletionRange": {
-            "earliest": _iso(now + timedelta(seconds=_seconds(estimate.earliest_seconds))),
-            "latest": _iso(now + timedelta(seconds=_seconds(estimate.latest_seconds))),
+            "earliest": _iso(_after(now, earliest)),
+            "latest": _iso(_after(now, latest)),
         },
         "failures": failures,
         "gpuHours": {

@@ -21,7 +21,15 @@ from trainplan.api import Plan, TrainingPlanSpec
 from trainplan.cluster import KubernetesApi
 from trainplan.controller.config import OperatorConfig
 from trainplan.controller.progress import ProgressUpdate, progress_update
-from trainplan.eta import EtaState, Observation, PlanFacts, plan_facts, revise
+from trainplan.eta import (
+    Estimate,
+    EtaState,
+    Observation,
+    PlanFacts,
+    StallPolicy,
+    plan_facts,
+    revise,
+)
 from trainplan.launcher import label_value, plan_pods_selector, workload_kind
 from trainplan.launcher.env import JOB_COMPLETION_INDEX_ANNOTATION
 from trainplan.monitor import (
@@ -87,10 +95,14 @@ def node_urls(pods: Sequence[Mapping[str, Any]], port: int) -> dict[str, str]:
 
 def _pod_address(value: object) -> str | None:
     """A pod's IP as a URL host (IPv6 in brackets); None unless it is an IP literal, so a
-    scrape goes to the pod itself and never to a name the operator would resolve."""
+    scrape goes to the pod itself and never to a name the operator would resolve. No pod
+    has an unspecified (0.0.0.0, which reaches the operator's own host) or multicast
+    address, nor an IPv6 zone (which picks the operator's network interface)."""
     try:
         address = ipaddress.ip_address(str(value))
     except ValueError:
+        return None
+    if address.is_unspecified or address.is_multicast or "%" in str(address):
         return None
     return f"[{address}]" if address.version == 6 else str(address)
 
@@ -158,6 +170,40 @@ async def read_metrics(
     return metrics, None
 
 
+def status_time(value: object) -> datetime | None:
+    """A time of the status (ISO 8601) as an aware datetime (UTC when it names no zone);
+    None when absent or malformed, so a bad value costs the estimate its start, not the
+    revision."""
+    if not isinstance(value, str):
+        return None
+    try:
+        time = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return time if time.tzinfo is not None else time.replace(tzinfo=UTC)
+
+
+def revise_guarded(
+    facts: PlanFacts, state: EtaState, observation: Observation, stall: StallPolicy
+) -> tuple[Estimate, EtaState, str | None]:
+    """`revise`, never failing on the figures a pod reported: when the engine cannot fold
+    them (an arithmetic error), the revision goes on without the observation's metrics
+    (from a fresh state, should the state itself be at fault). The third item then says
+    so, naming the error's kind only (never a value)."""
+    try:
+        estimate, revised = revise(facts, state, observation, stall)
+    except (ArithmeticError, ValueError) as error:
+        reason = f"the metrics could not be used in the estimate ({type(error).__name__})"
+    else:
+        return estimate, revised, None
+    blind = replace(observation, step=None, tokens=None, last_step_time=None, checkpoint_step=None)
+    try:
+        estimate, revised = revise(facts, state, blind, stall)
+    except (ArithmeticError, ValueError):
+        estimate, revised = revise(facts, EtaState(), blind, stall)
+    return estimate, revised, reason
+
+
 async def revise_plan(
     body: Mapping[str, Any],
     *,
@@ -183,7 +229,6 @@ async def revise_plan(
         name=name,
         port=tracked.metrics_port,
     )
-    started = status.get("startTime")
     last_step_time = None
     if metrics is not None and metrics.last_step_timestamp_seconds:
         last_step_time = datetime.fromtimestamp(metrics.last_step_timestamp_seconds, tz=UTC)
@@ -194,14 +239,18 @@ async def revise_plan(
         last_step_time=last_step_time,
         failures=tracker.failures.count,
         checkpoint_step=None if metrics is None else metrics.checkpoint_step,
-        started_at=datetime.fromisoformat(started) if started else None,
+        started_at=status_time(status.get("startTime")),
     )
-    estimate, tracker.eta = revise(tracked.facts, tracker.eta, observation, config.stall_policy)
+    estimate, tracker.eta, unusable = revise_guarded(
+        tracked.facts, tracker.eta, observation, config.stall_policy
+    )
+    if unusable is not None:
+        metrics, error, last_step_time = None, unusable, None
     return progress_update(
         estimate,
         tracker.failures,
         status,
-        tokens=observation.tokens,
+        tokens=None if metrics is None else observation.tokens,
         last_step_time=last_step_time,
         metrics_error=error,
         gpus=None if metrics is None else summarize_gpus(metrics.gpus),

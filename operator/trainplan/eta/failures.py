@@ -376,6 +376,8 @@ def _log_negative_binomial(
     if shape <= 0:
         return 0.0 if count <= 1e-9 else -math.inf
     p = rate_seconds / (rate_seconds + exposure)
+    if p >= 1.0:  # no exposure (or none against a vast prior): no interruption possible
+        return 0.0 if count <= 1e-9 else -math.inf
     return (
         math.lgamma(shape + count)
         - math.lgamma(shape)

@@ -123,11 +123,11 @@ class _Checked:
     def count(
         self, name: str, value: float | None, *, placeholder_zero: bool = False
     ) -> int | None:
-        """A non-negative integer count below COUNT_MAX; NaN (the reporter's placeholder)
-        and, with `placeholder_zero`, 0 mean "not known yet"."""
+        """A non-negative integer count below COUNT_MAX (a fraction is no count); NaN (the
+        reporter's placeholder) and, with `placeholder_zero`, 0 mean "not known yet"."""
         if value is None or math.isnan(value) or (placeholder_zero and value == 0):
             return None
-        if not 0 <= value < COUNT_MAX:
+        if not 0 <= value < COUNT_MAX or value != math.floor(value):
             self.rejected.append(name)
             return None
         return int(value)

@@ -108,7 +108,10 @@ async def _query(
         ) from error
     if not isinstance(payload, dict) or payload.get("status") != "success":
         raise ScrapeError(f"Prometheus refused {query}")
-    result: list[dict[str, Any]] = payload.get("data", {}).get("result", [])
+    data = payload.get("data")
+    result = data.get("result", []) if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        raise ScrapeError(f"Prometheus at {prometheus_url} answered an unexpected result")
     return result
 
 
