@@ -389,3 +389,42 @@ async def test_a_finished_run_is_never_launched_again(cluster: Cluster, catalog:
         assert cluster.objects(JOBS) == {}
     finally:
         await second.stop()
+
+
+async def test_deleted_plans_leave_no_series_on_metrics(
+    operator: OperatorProcess, cluster: Cluster
+) -> None:
+    """A Rejected plan holds no finalizer, so the API server deletes it at once and no
+    deletion handler runs: its watch event still drops its series from /metrics."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = operator.metrics_port
+    assert port is not None
+
+    def plans_on_metrics() -> set[str]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+            text = page.read().decode()
+        return {
+            sample.labels["plan"]
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if "plan" in sample.labels
+        }
+
+    names = [
+        await cluster.apply_plan(_broken(f"churn-{index}", {"parallelism": {"tensor": 5}}))
+        for index in range(5)
+    ]
+    for name in names:
+        await cluster.wait_for_phase(name, "Rejected")
+    await cluster.wait_for(lambda: set(names) <= plans_on_metrics(), "the plans' series")
+    for name in names:
+        code, _ = await cluster._call(
+            "DELETE", f"/apis/trainplan.dev/v1alpha1/namespaces/default/trainingplans/{name}"
+        )
+        assert code in (200, 202)
+    await cluster.wait_for(
+        lambda: not set(names) & plans_on_metrics(), "the deleted plans' series to go"
+    )

@@ -5,17 +5,24 @@ go to it as the API server would send them, over TLS verified against its certif
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import gc
 import socket
 import ssl
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.integration.harness import WAIT_SECONDS, Cluster, OperatorProcess
 from trainplan.api import TrainingPlanSpec
@@ -61,11 +68,24 @@ class Webhook:
         self.context = context
 
     async def review(
-        self, spec: dict[str, Any], *, namespace: str = "default", name: str = "job"
+        self,
+        spec: dict[str, Any],
+        *,
+        namespace: str = "default",
+        name: str = "job",
+        operation: str = "CREATE",
+        object_uid: str | None = None,
+        object_namespace: str | None = "",
+        session: aiohttp.ClientSession | None = None,
     ) -> dict[str, Any]:
-        """Send one AdmissionReview for a new TrainingPlan; its `response`."""
+        """Send one AdmissionReview for a TrainingPlan (new, unless `operation` says
+        otherwise); its `response`. The object's uid is random unless given, and its
+        namespace the request's unless given (None: left out)."""
         uid = str(uuid.uuid4())
-        request = {
+        metadata: dict[str, Any] = {"name": name, "uid": object_uid or str(uuid.uuid4())}
+        if object_namespace is not None:
+            metadata["namespace"] = object_namespace or namespace
+        request: dict[str, Any] = {
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
             "request": {
@@ -78,22 +98,26 @@ class Webhook:
                 },
                 "name": name,
                 "namespace": namespace,
-                "operation": "CREATE",
+                "operation": operation,
                 "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
                 "object": {
                     "apiVersion": "trainplan.dev/v1alpha1",
                     "kind": "TrainingPlan",
-                    "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())},
+                    "metadata": metadata,
                     "spec": spec,
                 },
                 "dryRun": False,
             },
         }
+        if operation != "CREATE":
+            request["request"]["oldObject"] = request["request"]["object"]
         timeout = aiohttp.ClientTimeout(total=WAIT_SECONDS)
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            session.post(self.url, json=request, ssl=self.context) as response,
-        ):
+        async with contextlib.AsyncExitStack() as stack:
+            if session is None:
+                session = await stack.enter_async_context(aiohttp.ClientSession(timeout=timeout))
+            response = await stack.enter_async_context(
+                session.post(self.url, json=request, ssl=self.context)
+            )
             assert response.status == 200, await response.text()
             review: dict[str, Any] = await response.json()
         assert review["kind"] == "AdmissionReview"
@@ -117,20 +141,22 @@ class Webhook:
             return
 
 
-async def _create_budget(cluster: Cluster, name: str, spec: dict[str, Any]) -> None:
-    """`kubectl apply` of a GPUBudget in `default`."""
+async def _create_budget(
+    cluster: Cluster, name: str, spec: dict[str, Any], namespace: str = "default"
+) -> None:
+    """`kubectl apply` of a GPUBudget (in `default` unless told)."""
     body = {
         "apiVersion": "trainplan.dev/v1alpha1",
         "kind": "GPUBudget",
         "metadata": {
             "name": name,
-            "namespace": "default",
+            "namespace": namespace,
             "uid": str(uuid.uuid4()),
             "generation": 1,
         },
         "spec": {"period": "30d", **spec},
     }
-    url = f"{cluster.url}/apis/trainplan.dev/v1alpha1/namespaces/default/gpubudgets"
+    url = f"{cluster.url}/apis/trainplan.dev/v1alpha1/namespaces/{namespace}/gpubudgets"
     timeout = aiohttp.ClientTimeout(total=WAIT_SECONDS)
     async with (
         aiohttp.ClientSession(timeout=timeout) as session,
@@ -149,7 +175,13 @@ def certificate(tmp_path: Path) -> Path:
 
 
 async def _start(
-    cluster: Cluster, catalog: Catalog, port: int, certificate: Path | None
+    cluster: Cluster,
+    catalog: Catalog,
+    port: int,
+    certificate: Path | None,
+    *,
+    client_ca: Path | None = None,
+    namespaces: tuple[str, ...] = (),
 ) -> OperatorProcess:
     config = OperatorConfig(
         metrics_port=0,
@@ -158,6 +190,8 @@ async def _start(
         webhook_address=HOST,
         webhook_cert_path=None if certificate is None else str(certificate / "tls.crt"),
         webhook_key_path=None if certificate is None else str(certificate / "tls.key"),
+        webhook_client_ca_path=None if client_ca is None else str(client_ca),
+        webhook_namespaces=namespaces,
     )
     process = OperatorProcess(cluster, catalog, config)
     await process.start()
@@ -298,5 +332,178 @@ async def test_self_signed_mode(cluster: Cluster, catalog: Catalog, gpu_hours: f
         assert answer["status"]["message"].startswith(f"needs {_hours(gpu_hours)} GPU-hours")
         with pytest.raises(aiohttp.ClientConnectorCertificateError):
             await Webhook(port, ssl.create_default_context()).review(SPEC)
+    finally:
+        await process.stop()
+
+
+# --- who can call it, what it says, what it keeps -----------------------------------------
+
+
+async def test_a_budget_ref_cannot_reach_another_namespaces_budget(
+    webhook: Webhook, cluster: Cluster, gpu_hours: float
+) -> None:
+    """A budgetRef shaped as a path (`../../team-a/gpubudgets/secret`) would make the
+    lookup URL another namespace's budget: it is refused as a malformed name, and nothing
+    of team-a's budget (its name, its figures) is in the answer."""
+    await _create_budget(cluster, "secret", {"gpuHours": gpu_hours * 0.6}, namespace="team-a")
+    for ref in ("../../team-a/gpubudgets/secret", "..%2F..%2Fteam-a%2Fgpubudgets%2Fsecret"):
+        answer = await webhook.review(_with_budget(ref))
+        assert answer["allowed"] is False
+        assert answer["status"]["code"] == 422
+        message = answer["status"]["message"]
+        assert message.startswith("spec.budgetRef: ")
+        assert "secret" not in message
+        assert "team-a" not in message
+        assert _hours(gpu_hours * 0.6) not in message
+
+
+async def test_a_plan_without_a_namespace_is_not_judged_in_default(webhook: Webhook) -> None:
+    """An object without metadata.namespace (the API server always sets it; a forged
+    review need not) is denied without a word about `default`'s budgets."""
+    answer = await webhook.review(_with_budget(None), object_namespace=None)
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 403
+    message = answer["status"]["message"]
+    assert message == "the TrainingPlan has no valid metadata.namespace"
+    for budget in ("roomy", "tight", "lenient", "capped", "broken"):
+        assert budget not in message
+
+
+REVIEWS = 60
+"""Reviews of made-up objects per kind in the state test: each would leave a memory."""
+
+
+def _kopf_memories() -> int:
+    """How many per-object memories Kopf holds in this process (all its operators')."""
+    from kopf._core.reactor.inventory import ResourceMemory
+
+    gc.collect()
+    return sum(1 for obj in gc.get_objects() if isinstance(obj, ResourceMemory))
+
+
+async def test_reviews_leave_no_state_behind(webhook: Webhook) -> None:
+    """Kopf keeps a memory per reviewed object's uid for any operation but CREATE, and
+    drops it only on a watch's deletion event: 1,000 UPDATE reviews of made-up objects
+    would leave 1,000 memories for good (here: `REVIEWS` of each kind). None is kept,
+    for distinct objects or the same one, whatever the operation."""
+    before = _kopf_memories()
+    same = str(uuid.uuid4())
+    limit = asyncio.Semaphore(16)
+    timeout = aiohttp.ClientTimeout(total=WAIT_SECONDS * 8)
+
+    async def one(session: aiohttp.ClientSession, operation: str, uid: str | None) -> None:
+        async with limit:
+            answer = await webhook.review(
+                _with_budget("roomy"), operation=operation, object_uid=uid, session=session
+            )
+            assert answer["allowed"] is True
+
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        await asyncio.gather(*(one(session, "UPDATE", None) for _ in range(REVIEWS)))
+        await asyncio.gather(*(one(session, "UPDATE", same) for _ in range(REVIEWS)))
+        await asyncio.gather(*(one(session, "DELETE", None) for _ in range(REVIEWS // 10)))
+        await asyncio.gather(*(one(session, "CREATE", same) for _ in range(REVIEWS // 10)))
+    assert _kopf_memories() == before
+
+
+async def test_plans_in_unwatched_namespaces_are_allowed_unjudged(
+    cluster: Cluster, catalog: Catalog, certificate: Path, gpu_hours: float
+) -> None:
+    """An operator watching team-a judges team-a's plans only (it may read no budget
+    elsewhere, with the chart's per-namespace Roles)."""
+    for namespace in ("default", "team-a"):
+        await _create_budget(cluster, "tight", {"gpuHours": gpu_hours * 0.6}, namespace)
+    port = _free_port()
+    process = await _start(cluster, catalog, port, certificate, namespaces=("team-a",))
+    try:
+        webhook = Webhook(port, ssl.create_default_context(cafile=certificate / "tls.crt"))
+        await webhook.wait_until_serving()
+        elsewhere = await webhook.review(_with_budget("tight"), namespace="default")
+        assert elsewhere["allowed"] is True
+        assert "status" not in elsewhere
+        watched = await webhook.review(_with_budget("tight"), namespace="team-a")
+        assert watched["allowed"] is False
+        assert watched["status"]["message"].startswith(f"needs {_hours(gpu_hours)} GPU-hours")
+    finally:
+        await process.stop()
+
+
+def _certificate_authority(name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(tz=UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return key, certificate
+
+
+def _client_certificate(
+    authority: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], directory: Path
+) -> tuple[Path, Path]:
+    """A client certificate (clientAuth) signed by `authority`: its PEM files."""
+    ca_key, ca_certificate = authority
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.now(tz=UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / "client.crt", directory / "client.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+async def test_client_certificates_are_required_with_a_client_ca(
+    cluster: Cluster, catalog: Catalog, certificate: Path, tmp_path: Path, gpu_hours: float
+) -> None:
+    """With `webhook_client_ca_path`, only a client whose certificate that CA signed
+    gets an answer; no certificate, or one from another CA, fails the handshake."""
+    await _create_budget(cluster, "tight", {"gpuHours": gpu_hours * 0.6})
+    api_server_ca = _certificate_authority("api-server-client-ca")
+    other_ca = _certificate_authority("someone-else")
+    bundle = tmp_path / "client-ca.crt"
+    bundle.write_bytes(api_server_ca[1].public_bytes(serialization.Encoding.PEM))
+    port = _free_port()
+    process = await _start(cluster, catalog, port, certificate, client_ca=bundle)
+    try:
+
+        def client(authority: Any | None) -> Webhook:
+            context = ssl.create_default_context(cafile=certificate / "tls.crt")
+            if authority is not None:
+                cert, key = _client_certificate(authority, tmp_path / str(uuid.uuid4()))
+                context.load_cert_chain(cert, key)
+            return Webhook(port, context)
+
+        await client(None).wait_until_serving()
+        answer = await client(api_server_ca).review(SPEC)
+        assert answer["allowed"] is False
+        assert answer["status"]["message"].startswith(f"needs {_hours(gpu_hours)} GPU-hours")
+        for stranger in (None, other_ca):
+            with pytest.raises(aiohttp.ClientError):
+                await client(stranger).review(SPEC)
     finally:
         await process.stop()

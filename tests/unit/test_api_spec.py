@@ -92,6 +92,13 @@ def full_spec() -> dict[str, Any]:
             "queueName": "team-a",
             "suspend": False,
             "metricsPort": 9400,
+            "securityContext": {
+                "runAsUser": 1000,
+                "runAsGroup": 1000,
+                "fsGroup": 1000,
+                "runAsNonRoot": True,
+            },
+            "shmSize": "32Gi",
         },
         "budgetRef": "team-a",
     }

@@ -271,7 +271,7 @@ def test_shared_memory_is_a_memory_backed_empty_dir() -> None:
     objects = objects_for()
     pod = pod_template(objects)["spec"]
 
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container(objects)["volumeMounts"]
 
 

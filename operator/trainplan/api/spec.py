@@ -9,7 +9,7 @@ Pure: pydantic and the standard library only; no I/O.
 
 from typing import Annotated, Final, Literal, Self
 
-from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
+from pydantic import BeforeValidator, Field, StringConstraints, WithJsonSchema, model_validator
 
 from trainplan.api.base import ApiModel
 from trainplan.api.durations import Duration, parse_duration_seconds
@@ -327,6 +327,68 @@ class Toleration(ApiModel):
     )
 
 
+_ID_MAX: Final = 2_147_483_647
+"""Largest user or group id (2^31 - 1): Kubernetes' int64 ids, as runtimes accept them."""
+DEFAULT_SHM_SIZE: Final = "16Gi"
+"""The default size limit of the training pods' /dev/shm (a memory-backed emptyDir)."""
+_QUANTITY_PATTERN: Final = r"^[0-9]{1,19}(\.[0-9]{1,9})?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+"""A non-negative Kubernetes quantity of bytes, e.g. 16Gi or 500M (at most 31 characters)."""
+ByteQuantity = Annotated[
+    str,
+    BeforeValidator(_number_to_text),
+    StringConstraints(pattern=_QUANTITY_PATTERN),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+            "pattern": _QUANTITY_PATTERN,
+        },
+        mode="validation",
+    ),
+]
+"""A quantity of bytes: "16Gi", "500M", or a bare number of bytes."""
+_DNS_SUBDOMAIN_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+"""A Kubernetes object name (RFC 1123 subdomain): no slash, no dot segment."""
+
+
+class PodSecurityContextSpec(ApiModel):
+    """The training pods' user and groups. The pods always run with seccomp
+    RuntimeDefault, no privilege escalation and no capabilities (Pod Security
+    `restricted`); these fields choose who they run as."""
+
+    run_as_user: int | None = Field(
+        None,
+        ge=0,
+        le=_ID_MAX,
+        description="User id the containers run as; default the image's user.",
+    )
+    run_as_group: int | None = Field(
+        None,
+        ge=0,
+        le=_ID_MAX,
+        description="Primary group id of the containers; default the image's.",
+    )
+    fs_group: int | None = Field(
+        None,
+        ge=0,
+        le=_ID_MAX,
+        description="Group that owns mounted volumes (e.g. the checkpoint claim).",
+    )
+    run_as_non_root: bool = Field(
+        True,
+        description=(
+            "Refuse to start a container whose user is root (default); false lets an image"
+            " that runs as root start, outside Pod Security restricted."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _check_root(self) -> Self:
+        if self.run_as_non_root and self.run_as_user == 0:
+            raise ValueError("runAsUser 0 is root: set a non-zero user or runAsNonRoot false")
+        return self
+
+
 class JobSpec(ApiModel):
     """How the training job is launched."""
 
@@ -374,6 +436,17 @@ class JobSpec(ApiModel):
     metrics_port: int = Field(
         9400, ge=1, le=65535, description="Port of the training metrics endpoint."
     )
+    security_context: PodSecurityContextSpec = Field(
+        default_factory=PodSecurityContextSpec,
+        description="User and groups of the training pods (always Pod Security restricted).",
+    )
+    shm_size: ByteQuantity = Field(
+        DEFAULT_SHM_SIZE,
+        description=(
+            "Size limit of /dev/shm, a memory-backed emptyDir that counts as the pods'"
+            " memory; default 16Gi."
+        ),
+    )
 
 
 class TrainingPlanSpec(ApiModel):
@@ -405,7 +478,8 @@ class TrainingPlanSpec(ApiModel):
         None,
         min_length=1,
         max_length=_NAME_MAX_LENGTH,
-        description="A GPUBudget in the same namespace.",
+        pattern=_DNS_SUBDOMAIN_PATTERN,
+        description="A GPUBudget in the same namespace (its name).",
     )
 
     @model_validator(mode="after")

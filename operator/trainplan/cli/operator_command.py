@@ -24,7 +24,7 @@ from trainplan.planner import load_catalog
     "--liveness",
     default="http://0.0.0.0:8081/healthz",
     show_default=True,
-    help="Liveness endpoint URL; empty to disable.",
+    help="Liveness endpoint URL (its host is the address listened on); empty to disable.",
 )
 @click.option(
     "--watch-timeout",
@@ -53,7 +53,7 @@ from trainplan.planner import load_catalog
     "--metrics-address",
     default=OperatorConfig().metrics_address,
     show_default=True,
-    help="Address the operator metrics server listens on.",
+    help="Address the operator metrics server listens on (/metrics has no authentication).",
 )
 @click.option(
     "--eta-interval",
@@ -108,6 +108,15 @@ from trainplan.planner import load_catalog
     default=None,
     help="Create and keep the ValidatingWebhookConfiguration NAME (development).",
 )
+@click.option(
+    "--webhook-client-ca",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help=(
+        "PEM bundle of the CA that signs the API server's client certificate: the webhook"
+        " then refuses clients without a certificate signed by it."
+    ),
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def command(
     *,
@@ -125,12 +134,15 @@ def command(
     webhook_host: str | None,
     webhook_cert_dir: Path | None,
     webhook_managed: str | None,
+    webhook_client_ca: Path | None,
     verbose: bool,
 ) -> None:
     """Run the trainplan operator (Kopf) with the in-cluster service account, or the
     current kubeconfig outside a cluster."""
     cert_path, key_path = webhook_certificate(webhook_cert_dir)
-    if webhook_port is None and (webhook_cert_dir or webhook_managed or webhook_host):
+    if webhook_port is None and (
+        webhook_cert_dir or webhook_managed or webhook_host or webhook_client_ca
+    ):
         raise click.UsageError("the --webhook-* options need --webhook-port")
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
@@ -151,6 +163,8 @@ def command(
         webhook_cert_path=cert_path,
         webhook_key_path=key_path,
         webhook_managed=webhook_managed,
+        webhook_client_ca_path=None if webhook_client_ca is None else str(webhook_client_ca),
+        webhook_namespaces=tuple(namespaces),
     )
     context = ControllerContext(catalog=load_catalog(), config=config)
     asyncio.run(run_operator(context, namespaces=namespaces, liveness_endpoint=liveness or None))

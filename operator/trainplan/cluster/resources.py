@@ -44,13 +44,25 @@ class ResourcePath:
     def collection(self, namespace: str | None) -> str:
         """The collection URL, in a namespace for namespaced kinds."""
         if self.namespaced and namespace:
-            return f"{self.prefix}/namespaces/{namespace}/{self.plural}"
+            return f"{self.prefix}/namespaces/{path_segment(namespace)}/{self.plural}"
         return f"{self.prefix}/{self.plural}"
 
     def item(self, namespace: str | None, name: str, subresource: str | None = None) -> str:
         """One object's URL, optionally a subresource such as `status`."""
-        url = f"{self.collection(namespace)}/{name}"
-        return f"{url}/{subresource}" if subresource else url
+        url = f"{self.collection(namespace)}/{path_segment(name)}"
+        return f"{url}/{path_segment(subresource)}" if subresource else url
+
+
+_NOT_IN_A_SEGMENT = frozenset("/\\?#%")
+
+
+def path_segment(value: str) -> str:
+    """`value` as one segment of a URL path; ValueError for a value that would be another
+    path (empty, `.`, `..`, a slash, a percent-escape, a query or a fragment), so that no
+    name read from a spec can make a request reach a different object or namespace."""
+    if value in ("", ".", "..") or not _NOT_IN_A_SEGMENT.isdisjoint(value):
+        raise ValueError(f"not a Kubernetes name: {value!r}")
+    return value
 
 
 def resource_path(api_version: str, kind: str) -> ResourcePath:

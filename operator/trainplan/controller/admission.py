@@ -8,10 +8,11 @@ the reconcile path alike, so a cluster without the webhook gets the same answers
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -54,17 +55,35 @@ class BudgetContentionError(KubernetesApiError):
     """The budget kept changing under us for every attempt."""
 
 
+_OBJECT_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+"""A Kubernetes object name (RFC 1123 subdomain, at most 253 characters)."""
+OTHER_NAMESPACE: Final = "spec.budgetRef names a budget in another namespace"
+"""The only thing said of a budget outside the plan's namespace: never its name or figures."""
+
+
+def _in_namespace(body: Mapping[str, Any], namespace: str) -> bool:
+    return bool(body.get("metadata", {}).get("namespace") == namespace)
+
+
 async def budget_for(
     api: KubernetesApi, namespace: str, budget_ref: str | None
 ) -> dict[str, Any] | None:
     """The plan's GPUBudget: `budgetRef`, else the namespace's only one; None when the
-    namespace has none."""
+    namespace has none. Only a budget of the plan's own namespace is ever returned or
+    named: a `budgetRef` that is not an object name (a path such as `../../other/...`)
+    is refused before any request, and a budget that comes back from another namespace
+    is refused without a word of its name or figures."""
+    if budget_ref and not (len(budget_ref) <= 253 and _OBJECT_NAME.fullmatch(budget_ref)):
+        raise BudgetLookupError("spec.budgetRef is not a GPUBudget name")
     if budget_ref:
         found = await api.get(API_VERSION, GPU_BUDGET_KIND, namespace, budget_ref)
         if found is None:
             raise BudgetLookupError(f"GPUBudget {budget_ref!r} not found in {namespace}")
+        if not _in_namespace(found, namespace):
+            raise BudgetLookupError(OTHER_NAMESPACE)
         return found
     budgets = await api.list_objects(API_VERSION, GPU_BUDGET_KIND, namespace)
+    budgets = [budget for budget in budgets if _in_namespace(budget, namespace)]
     if len(budgets) > 1:
         names = ", ".join(sorted(str(b.get("metadata", {}).get("name")) for b in budgets))
         raise BudgetLookupError(

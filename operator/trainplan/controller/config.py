@@ -47,12 +47,16 @@ class OperatorConfig:
     metrics_port: int | None = 8080
     """Serve the operator metrics on this port (`/metrics`); None: not served."""
     metrics_address: str = "0.0.0.0"
-    """Address of the operator metrics server."""
+    """Address of the operator metrics server: every interface by default (a pod's
+    network). `/metrics` has no authentication; limit who reaches it (the chart's
+    NetworkPolicy), or listen on 127.0.0.1 outside a cluster."""
     webhook_port: int | None = None
     """Serve the GPU-budget admission webhook (HTTPS) on this port; None: no webhook
     server and no admission handler (the reconcile path still enforces budgets)."""
     webhook_address: str = "0.0.0.0"
-    """Address the webhook server listens on."""
+    """Address the webhook server listens on: every interface by default (the API server
+    calls it over the pod network); limit who reaches it with a NetworkPolicy and
+    `webhook_client_ca_path`."""
     webhook_host: str | None = None
     """Host name the API server calls the webhook at (e.g. the Service's
     `NAME.NAMESPACE.svc`): the self-signed certificate's name and the managed
@@ -67,6 +71,13 @@ class OperatorConfig:
     """When set, the operator creates and keeps the ValidatingWebhookConfiguration of this
     name itself, pointing at its server with its CA (development); None: the deployment
     provides the configuration."""
+    webhook_client_ca_path: str | None = None
+    """PEM bundle of the CA(s) that sign the API server's client certificate: when set,
+    the webhook server requires a client certificate signed by one of them (the TLS
+    handshake fails without); None: any client that reaches the port may call it."""
+    webhook_namespaces: tuple[str, ...] = ()
+    """The namespaces whose plans the webhook judges (the operator's watched namespaces);
+    a plan elsewhere is allowed without a look at any budget. Empty: every namespace."""
 
     def __post_init__(self) -> None:
         if (self.webhook_cert_path is None) != (self.webhook_key_path is None):
@@ -96,7 +107,7 @@ def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
 
 def webhook_server(config: OperatorConfig) -> WebhookServer:
     """Kopf's HTTPS webhook server for `config` (a self-signed certificate without cert
-    files)."""
+    files; client certificates required with `webhook_client_ca_path`)."""
     assert config.webhook_port is not None
     return WebhookServer(
         addr=config.webhook_address,
@@ -104,4 +115,5 @@ def webhook_server(config: OperatorConfig) -> WebhookServer:
         host=config.webhook_host,
         certfile=config.webhook_cert_path,
         pkeyfile=config.webhook_key_path,
+        client_ca=config.webhook_client_ca_path,
     )

@@ -221,6 +221,18 @@ def build_registry(
         context.metrics.forget(namespace, name)
         await follow_budget(context, dict(body), None)
 
+    @kopf.on.event(*_PLANS, registry=registry)
+    def gone(*, body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+        """A plan that holds no finalizer (Rejected, Succeeded, Failed: no ETA timer
+        runs) is deleted at once and `forget` is never called: its DELETED watch event
+        drops its metrics series and ETA tracker all the same."""
+        if kwargs.get("type") != "DELETED":
+            return
+        context = _context(memo)
+        namespace, name = body.meta.namespace or "default", body.meta.name or ""
+        context.revisions.forget(namespace, name)
+        context.metrics.forget(namespace, name)
+
     async def child_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
         """A training Job or JobSet changed: carry its state to the plan's status."""
         context = _context(memo)

@@ -1,12 +1,24 @@
 """The admission webhook's HTTPS server: Kopf's, with its self-signed certificate made by
-`cryptography`. Kopf's own generator needs `certbuilder` and `oscrypto`, and oscrypto
-cannot load OpenSSL 3.0.10 or later."""
+`cryptography` (Kopf's own generator needs `certbuilder` and `oscrypto`, and oscrypto
+cannot load OpenSSL 3.0.10 or later), client certificates verified when a CA is given,
+and no state kept per review.
+
+Kopf's admission entry point looks up each reviewed object's memory by its uid and, for
+any operation but CREATE, stores a new one, which only a watch's deletion event of a real
+object would remove: every UPDATE or DELETE review of a made-up uid would grow the
+operator for good. The server hands Kopf a memory store that keeps nothing instead
+(`StatelessMemories`): each review gets its own copy of the operator's memo and leaves
+nothing behind."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import ipaddress
-from collections.abc import Collection
+import ssl
+from collections.abc import AsyncIterator, Collection
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import kopf
 from cryptography import x509
@@ -89,10 +101,44 @@ def self_signed_certificate(
     return certificate.public_bytes(serialization.Encoding.PEM), key_pem
 
 
+class StatelessMemories:
+    """Kopf's per-object memories as the admission webhook sees them: nothing is looked
+    up or kept; each review gets a fresh copy of the operator's memo (as Kopf gives a
+    CREATE review), which goes when the review is answered."""
+
+    async def recall_memo(
+        self, raw_body: Any, *, memobase: Any = None, ephemeral: bool = False
+    ) -> Any:
+        return copy.copy(memobase) if memobase is not None else kopf.Memo()
+
+
+def stateless(fn: kopf.WebhookFn) -> kopf.WebhookFn:
+    """Kopf's admission entry point `fn` (`serve_admission_request` with the operator's
+    memories bound) with `StatelessMemories` in their place. TypeError when `fn` is not
+    that (a Kopf release that builds it otherwise): the webhook must not start keeping
+    state unnoticed."""
+    if not (isinstance(fn, functools.partial) and "memories" in fn.keywords):
+        raise TypeError(f"cannot make Kopf's admission function stateless: {fn!r}")
+    keywords = {**fn.keywords, "memories": StatelessMemories()}
+    wrapped: kopf.WebhookFn = functools.partial(fn.func, *fn.args, **keywords)
+    return wrapped
+
+
 class WebhookServer(kopf.WebhookServer):
     """Kopf's webhook server. With `certfile` and `pkeyfile` it serves them (and re-reads
     them when they change); without, a self-signed certificate for `host` and the
-    listening address, which it also offers as the CA bundle of a managed configuration."""
+    listening address, which it also offers as the CA bundle of a managed configuration.
+    With `client_ca` (a PEM bundle's path), a client must present a certificate signed by
+    it, or the TLS handshake fails. Reviews leave no state behind (`stateless`)."""
+
+    def __init__(self, *, client_ca: str | None = None, **kwargs: Any) -> None:
+        if client_ca is not None:
+            kwargs.update(verify_cafile=client_ca, verify_mode=ssl.CERT_REQUIRED)
+        super().__init__(**kwargs)
+
+    async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
+        async for client_config in super().__call__(stateless(fn)):
+            yield client_config
 
     @staticmethod
     def build_certificate(

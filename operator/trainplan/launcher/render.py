@@ -21,6 +21,11 @@ Rules worth knowing:
 - Environment: `JOB_COMPLETION_INDEX` from the downward API, the `TRAINPLAN_` variables,
   then `job.env`; a user entry replaces a generated one of the same name (its position
   moves to the user's list). `JOB_COMPLETION_INDEX` itself cannot be overridden.
+- Pod security: Pod Security `restricted` by default: the pod runs as non-root with
+  seccomp `RuntimeDefault` (`job.securityContext` sets the user, group and fsGroup, or
+  lets a root image run with `runAsNonRoot: false`), the container without privilege
+  escalation and with every capability dropped. `/dev/shm` is a memory-backed emptyDir
+  of at most `job.shmSize` (16Gi by default).
 - Failures: `restartPolicy: Never`, `backoffLimit` = `reliability.maxRestarts`,
   `podReplacementPolicy: Failed`, and a pod failure policy that ignores disruptions
   (the `DisruptionTarget` condition: preemption, eviction, node drain; they do not count
@@ -369,6 +374,27 @@ def _problems(
     return problems
 
 
+def pod_security_context(spec: TrainingPlanSpec) -> dict[str, Any]:
+    """The pod's security context: non-root and seccomp RuntimeDefault (Pod Security
+    `restricted`), with `job.securityContext`'s user and groups when given."""
+    given = spec.job.security_context
+    context: dict[str, Any] = {"runAsNonRoot": given.run_as_non_root}
+    for key, value in (
+        ("runAsUser", given.run_as_user),
+        ("runAsGroup", given.run_as_group),
+        ("fsGroup", given.fs_group),
+    ):
+        if value is not None:
+            context[key] = value
+    context["seccompProfile"] = {"type": "RuntimeDefault"}
+    return context
+
+
+def container_security_context() -> dict[str, Any]:
+    """The training container's: no privilege escalation, every capability dropped."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def _pod_template(
     ref: PlanRef,
     spec: TrainingPlanSpec,
@@ -383,7 +409,9 @@ def _pod_template(
     spec_job = spec.job
     metrics_port = spec_job.metrics_port
     mounts: list[dict[str, Any]] = [{"name": SHM_VOLUME, "mountPath": SHM_DIR}]
-    volumes: list[dict[str, Any]] = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}]
+    volumes: list[dict[str, Any]] = [
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec_job.shm_size}}
+    ]
     if spec_job.checkpoint_volume_claim is not None:
         mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_DIR})
         volumes.append(
@@ -409,6 +437,7 @@ def _pod_template(
         ],
         "resources": _resources(spec, gpus_per_pod),
         "volumeMounts": mounts,
+        "securityContext": container_security_context(),
     }
     pod_spec: dict[str, Any] = {"restartPolicy": "Never"}
     if subdomain is not None:
@@ -416,6 +445,7 @@ def _pod_template(
     pod_spec |= {
         "nodeSelector": _node_selector(spec, gpu),
         "tolerations": _tolerations(spec),
+        "securityContext": pod_security_context(spec),
         "containers": [container],
         "volumes": volumes,
     }
