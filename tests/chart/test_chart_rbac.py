@@ -1,5 +1,6 @@
-"""The chart's ClusterRole grants exactly what the operator uses: no verb missing, none
-extra, in each way the chart can run the operator.
+"""The chart's ClusterRole and Roles grant exactly what the operator uses: no verb
+missing, none extra, in each way the chart can run the operator; watching some
+namespaces, the namespaced rules are Roles in those namespaces only.
 
 For each mode (default values; every optional part on, i.e. the cert-manager webhook;
 the self-signed webhook that the operator manages, with watched namespaces), the
@@ -87,9 +88,13 @@ SPEC: Final[Mapping[str, Any]] = {
 # --- what the chart grants ----------------------------------------------------------------
 
 
-def granted(rendered: list[Rendered]) -> set[Rule]:
-    """Every (group, resource, verb) the rendered ClusterRole allows."""
-    (role,) = [item.object for item in rendered if item.kind == "ClusterRole"]
+CLUSTER_SCOPED: Final = frozenset(
+    {"customresourcedefinitions", "namespaces", "validatingwebhookconfigurations"}
+)
+"""The resources of the rules that no Role can grant."""
+
+
+def _rules(role: Mapping[str, Any]) -> set[Rule]:
     return {
         (group, resource, verb)
         for rule in role["rules"]
@@ -97,6 +102,21 @@ def granted(rendered: list[Rendered]) -> set[Rule]:
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
+
+
+def roles(rendered: list[Rendered]) -> dict[str, set[Rule]]:
+    """The rules of each rendered Role, by its namespace."""
+    return {
+        item.object["metadata"]["namespace"]: _rules(item.object)
+        for item in rendered
+        if item.kind == "Role"
+    }
+
+
+def granted(rendered: list[Rendered]) -> set[Rule]:
+    """Every (group, resource, verb) the rendered ClusterRole and Roles allow."""
+    (role,) = [item.object for item in rendered if item.kind == "ClusterRole"]
+    return _rules(role).union(*roles(rendered).values())
 
 
 @dataclass(frozen=True)
@@ -360,12 +380,12 @@ def mode(request: pytest.FixtureRequest, chart_dir: Path, catalog: Catalog) -> d
     return {"name": request.param, "rendered": rendered, "launch": launch, "driven": driven}
 
 
-def test_the_cluster_role_grants_exactly_what_the_operator_uses(mode: dict[str, Any]) -> None:
+def test_the_roles_grant_exactly_what_the_operator_uses(mode: dict[str, Any]) -> None:
     needed = client_rules(mode["driven"]) | kopf_rules(mode["launch"], mode["driven"])
     grants = granted(mode["rendered"])
     missing, extra = sorted(needed - grants), sorted(grants - needed)
-    assert not missing, f"{mode['name']}: the ClusterRole lacks {missing}"
-    assert not extra, f"{mode['name']}: the ClusterRole grants {extra}, which nothing uses"
+    assert not missing, f"{mode['name']}: the roles lack {missing}"
+    assert not extra, f"{mode['name']}: the roles grant {extra}, which nothing uses"
 
 
 def test_the_modes_differ_as_documented(mode: dict[str, Any]) -> None:
@@ -383,6 +403,51 @@ def test_the_modes_differ_as_documented(mode: dict[str, Any]) -> None:
             assert rule["resourceNames"] == [launch.config.webhook_managed]
         else:
             assert "resourceNames" not in rule
+
+
+def test_watched_namespaces_get_roles_and_the_cluster_role_keeps_the_rest(
+    mode: dict[str, Any],
+) -> None:
+    """Watching some namespaces, the operator may touch namespaced objects only there:
+    the same rules in a Role of each, none in the ClusterRole. Watching all, no Role."""
+    launch: Launch = mode["launch"]
+    (cluster_role,) = [item.object for item in mode["rendered"] if item.kind == "ClusterRole"]
+    cluster_rules = _rules(cluster_role)
+    namespaced = {rule for rule in granted(mode["rendered"]) if rule[1] not in CLUSTER_SCOPED}
+    by_namespace = roles(mode["rendered"])
+    if launch.namespaces:
+        assert set(by_namespace) == set(launch.namespaces)
+        assert all(rules == namespaced for rules in by_namespace.values())
+        assert {rule[1] for rule in cluster_rules} <= CLUSTER_SCOPED
+    else:
+        assert by_namespace == {}
+        assert namespaced <= cluster_rules
+
+
+def test_each_role_is_bound_to_the_operators_account_in_its_namespace(
+    mode: dict[str, Any],
+) -> None:
+    objects = [item.object for item in mode["rendered"]]
+    (deployment,) = [obj for obj in objects if obj["kind"] == "Deployment"]
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    role_names = {
+        obj["metadata"]["namespace"]: obj["metadata"]["name"]
+        for obj in objects
+        if obj["kind"] == "Role"
+    }
+    bindings = {
+        obj["metadata"]["namespace"]: obj for obj in objects if obj["kind"] == "RoleBinding"
+    }
+    assert set(bindings) == set(role_names)
+    for namespace, binding in bindings.items():
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role_names[namespace],
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account, "namespace": "trainplan"}
+        ]
 
 
 def test_the_binding_binds_the_role_to_the_operators_account(mode: dict[str, Any]) -> None:

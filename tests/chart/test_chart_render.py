@@ -61,14 +61,28 @@ VARIANTS: Final[Mapping[str, Mapping[str, Any]]] = {
             "webhook": {
                 "failurePolicy": "Fail",
                 "certificate": {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}},
+                "address": "$(POD_IP)",
+                "clientCA": {"configMap": "apiserver-webhook-client-ca"},
             },
             "crds": {"install": False},
             "serviceAccount": {"annotations": {"example.com/role": "trainplan"}},
             "operator": {
                 "prometheusUrl": "http://prometheus-operated.monitoring:9090",
                 "verbose": True,
-                "extraArgs": ["--metrics-address=0.0.0.0"],
+                "extraArgs": ["--watch-timeout=120"],
                 "env": [{"name": "TZ", "value": "UTC"}],
+                "metricsAddress": "$(POD_IP)",
+                "healthAddress": "$(POD_IP)",
+            },
+            "networkPolicy": {
+                "webhookFrom": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+                "metricsFrom": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+                        }
+                    }
+                ],
             },
             "imagePullSecrets": [{"name": "regcred"}],
             "podLabels": {"team": "ml-platform"},
@@ -197,6 +211,9 @@ def test_every_object_is_known(variant: tuple[str, list[Rendered]]) -> None:
         ("apps/v1", "Deployment"),
         ("rbac.authorization.k8s.io/v1", "ClusterRole"),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
         ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
     }
@@ -260,7 +277,9 @@ def test_probes_call_the_liveness_endpoint(variant: tuple[str, list[Rendered]]) 
     rendered = variant[1]
     operator = container(rendered)
     ports = {port["name"]: port["containerPort"] for port in operator["ports"]}
-    assert args(rendered)["--liveness"] == f"http://0.0.0.0:{ports['health']}/healthz"
+    assert re.fullmatch(
+        rf"http://(0\.0\.0\.0|\$\(POD_IP\)):{ports['health']}/healthz", args(rendered)["--liveness"]
+    )
     assert ports["health"] == 8081
     for probe in ("livenessProbe", "readinessProbe"):
         assert operator[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -286,13 +305,81 @@ def test_the_operator_args_follow_the_values() -> None:
     given = args(rendered)
     assert given["--prometheus-url"] == "http://prometheus-operated.monitoring:9090"
     assert "--verbose" in given
-    assert container(rendered)["args"][-1] == "--metrics-address=0.0.0.0"
+    assert container(rendered)["args"][-1] == "--watch-timeout=120"
     namespaced = container(render(SELF_SIGNED))["args"]
     assert [a for a in namespaced if a.startswith("--namespace")] == [
         "--namespace=team-a",
         "--namespace=team-b",
     ]
     assert not [a for a in namespaced if a.startswith(("--prometheus-url", "--verbose"))]
+
+
+def test_listen_addresses_follow_the_values() -> None:
+    """Every interface by default; `$(POD_IP)` (the downward API's pod address, which the
+    kubelet expands in args) binds each server to the pod's own address."""
+    default = args(render(ALL_ON))
+    assert default["--metrics-address"] == "0.0.0.0"
+    assert default["--liveness"] == "http://0.0.0.0:8081/healthz"
+    assert default["--webhook-address"] == "0.0.0.0"
+    rendered = render(VARIANTS["given-issuer"])
+    given = args(rendered)
+    assert given["--metrics-address"] == "$(POD_IP)"
+    assert given["--liveness"] == "http://$(POD_IP):8081/healthz"
+    assert given["--webhook-address"] == "$(POD_IP)"
+    (pod_ip,) = [env for env in container(rendered)["env"] if env["name"] == "POD_IP"]
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+
+
+def _network_policy(rendered: list[Rendered]) -> dict[str, Any]:
+    policy = one(rendered, "NetworkPolicy")
+    (deployment,) = objects(rendered, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    return policy
+
+
+def _opened_ports(policy: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Who may reach each named port of the operator pod."""
+    return {
+        port["port"]: rule["from"] for rule in policy["spec"]["ingress"] for port in rule["ports"]
+    }
+
+
+def test_the_network_policy_opens_metrics_and_webhook_only() -> None:
+    """The health port is opened to no one (the kubelet's probes come from the node,
+    which a NetworkPolicy never blocks); the webhook port only with the webhook."""
+    assert _opened_ports(_network_policy(render({}))) == {"metrics": [{"namespaceSelector": {}}]}
+    assert _opened_ports(_network_policy(render(ALL_ON))) == {
+        "metrics": [{"namespaceSelector": {}}],
+        "webhook": [{"ipBlock": {"cidr": "0.0.0.0/0"}}],
+    }
+    narrowed = _opened_ports(_network_policy(render(VARIANTS["given-issuer"])))
+    assert narrowed["webhook"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
+    assert narrowed["metrics"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"
+    }
+    closed = render(values_with(ALL_ON, {"networkPolicy": {"metricsFrom": []}}))
+    assert set(_opened_ports(_network_policy(closed))) == {"webhook"}
+    assert not objects(render({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
+
+
+def test_the_named_ports_of_the_policy_exist_on_the_operator_container() -> None:
+    rendered = render(ALL_ON)
+    names = {port["name"] for port in container(rendered)["ports"]}
+    assert set(_opened_ports(_network_policy(rendered))) <= names
+
+
+def test_a_client_ca_makes_the_webhook_ask_for_client_certificates() -> None:
+    rendered = render(VARIANTS["given-issuer"])
+    given = args(rendered)
+    assert given["--webhook-client-ca"] == "/etc/trainplan/webhook-client-ca/ca.crt"
+    (deployment,) = objects(rendered, "Deployment")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["webhook-client-ca"]["configMap"] == {"name": "apiserver-webhook-client-ca"}
+    mounts = {m["name"]: m for m in container(rendered)["volumeMounts"]}
+    assert mounts["webhook-client-ca"]["mountPath"] == "/etc/trainplan/webhook-client-ca"
+    assert "--webhook-client-ca" not in args(render(ALL_ON))
 
 
 # --- the admission webhook ----------------------------------------------------------------

@@ -91,3 +91,34 @@ webhook is named budget.<this>, as Kopf names it in selfSigned mode. */}}
 {{- define "trainplan.webhookCertManager" -}}
 {{- if and .Values.webhook.enabled (eq (include "trainplan.webhookMode" .) "certManager") }}true{{ end }}
 {{- end }}
+
+{{/* The rules on namespaced resources: in the ClusterRole when the operator watches
+every namespace, else in a Role of each watched namespace. */}}
+{{- define "trainplan.namespacedRules" -}}
+# Kopf lists and watches the plans and budgets, patches them (its annotations and the
+# finalizer) and their status; the operator reads them and writes budget status.
+- apiGroups: ["trainplan.dev"]
+  resources: ["trainingplans", "gpubudgets"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["trainplan.dev"]
+  resources: ["trainingplans/status", "gpubudgets/status"]
+  verbs: ["patch"]
+# The training Job or JobSet: created, watched for status, patched for job.suspend.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["create", "get", "list", "watch", "patch"]
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
+  verbs: ["create", "get", "list", "watch", "patch"]
+# The headless Service and the DeepSpeed ConfigMap: created, or adopted when found.
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["create", "get"]
+# Training pods: failures and metrics endpoints.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}
