@@ -114,6 +114,11 @@ def test_weeks_compose_with_days(weeks: int, days: int) -> None:
     ("seconds", "text"),
     [
         (0.0, "0s"),
+        (1e-7, "0.0001ms"),
+        (0.0005, "0.5ms"),
+        (0.001, "1ms"),
+        (0.0099, "9.9ms"),
+        (0.01, "0.01s"),
         (0.853, "0.85s"),
         (2.5, "2.5s"),
         (45.0, "45s"),

@@ -522,3 +522,36 @@ def test_api_imports_only_pydantic_and_the_standard_library() -> None:
         and not name.startswith("_sysconfigdata")
     }
     assert not foreign
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["--nproc-per-node=64", "train.py"],
+        ["-m", "train"],
+        ["python", "-m", "--nnodes=99"],
+        ["python3", "-m", "-c"],
+    ],
+)
+def test_a_command_cannot_smuggle_torchrun_flags(command: list[str]) -> None:
+    """torchrun parses its own flags up to the program: a command that starts with an
+    option (or a `python -m` whose module is one) would override the planned layout."""
+    document = minimal_spec()
+    document["job"] = {"command": command}
+    with pytest.raises(ValidationError) as raised:
+        TrainingPlanSpec.model_validate(document)
+    (error,) = raised.value.errors()
+    assert error["loc"] == ("job",)
+    assert "torchrun would take it as its own flag" in error["msg"]
+    assert "nproc" not in error["msg"]  # the value itself is not echoed
+    assert "nnodes" not in error["msg"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["python", "train.py", "--lr", "1e-4"], ["python", "-m", "my.trainer"], ["bash", "-c"]],
+)
+def test_commands_that_start_with_the_program_are_kept(command: list[str]) -> None:
+    document = minimal_spec()
+    document["job"] = {"command": command}
+    assert TrainingPlanSpec.model_validate(document).job.command == tuple(command)

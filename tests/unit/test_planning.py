@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 import yaml
 
-from trainplan.api import ObjectiveSpec, Plan, PlanLayout, TrainingPlan, TrainingPlanSpec
+from trainplan.api import (
+    ObjectiveSpec,
+    Plan,
+    PlanLayout,
+    TrainingPlan,
+    TrainingPlanSpec,
+    format_duration,
+    parse_duration_seconds,
+)
 from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
 from trainplan.planner.planning import DEFAULT_GPU_CEILING
 from trainplan.planner.resolve import resolve, resolve_shape
@@ -610,3 +618,19 @@ def test_reference_trainer_tensor_degrees_split_every_width(catalog: Catalog) ->
     ((path, message),) = raised.value.problems
     assert path == "parallelism.tensor"
     assert "vocabSize (32001)" in message
+
+
+@pytest.mark.parametrize(("batch", "deadline"), [(16_777_216, "10m"), (1024, "0.001s")])
+def test_a_deadline_shorter_than_one_step_names_the_batch(
+    catalog: Catalog, batch: int, deadline: str
+) -> None:
+    """When one optimizer step alone outlasts the deadline, more GPUs cannot help: the
+    reason says so and names the batch, and never rounds the deadline to 0s."""
+    spec = spec_of(batch={"globalBatchSize": batch}, objective={"deadline": deadline})
+    with pytest.raises(InfeasiblePlanError) as caught:
+        plan(spec, catalog)
+    (reason,) = caught.value.reasons
+    assert reason.startswith(f"One optimizer step of the global batch ({batch:,} sequences")
+    assert "batch.globalBatchSize" in reason
+    assert "deadline of 0s" not in reason
+    assert f"deadline of {format_duration(parse_duration_seconds(deadline))}." in reason

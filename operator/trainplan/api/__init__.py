@@ -50,6 +50,7 @@ from trainplan.api.resources import (
 )
 from trainplan.api.spec import (
     DEFAULT_COMMAND,
+    PYTHON_NAMES,
     BatchSpec,
     DataSpec,
     EnvVar,
@@ -93,6 +94,7 @@ __all__ = [
     "GROUP",
     "NEARLY_EXHAUSTED_RATIO",
     "PLAN_LABEL",
+    "PYTHON_NAMES",
     "TRAINING_PLAN_KIND",
     "TRAINING_PLAN_PLURAL",
     "TRAINING_PLAN_SHORT_NAMES",

@@ -132,7 +132,8 @@ Duration = Annotated[
 
 
 def format_duration(seconds: float) -> str:
-    """A compact human form with at most two units: "13d 4h", "2h 05m", "5m 03s", "45s", "0.85s".
+    """A compact human form with at most two units: "13d 4h", "2h 05m", "5m 03s", "45s", "0.85s",
+    "1ms" (below 10 ms).
 
     Rounded to the smaller unit shown. Raises ValueError for negative or non-finite input.
     """
@@ -140,6 +141,8 @@ def format_duration(seconds: float) -> str:
         raise ValueError(
             f"cannot format {seconds!r} as a duration: not a finite, non-negative number"
         )
+    if 0 < seconds < 0.01:  # never "0s" for a duration that is not zero
+        return f"{seconds * 1000:.3g}ms"
     if seconds < 10:
         text = f"{seconds:.2f}".rstrip("0").rstrip(".")
         return f"{text}s"

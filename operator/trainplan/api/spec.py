@@ -16,6 +16,8 @@ from trainplan.api.durations import Duration, parse_duration_seconds
 
 DEFAULT_COMMAND: Final = ("python", "-m", "trainplan.runtime.train")
 """The reference trainer, run when `job.command` is left out."""
+PYTHON_NAMES: Final = frozenset({"python", "python3"})
+"""Interpreters whose command torchrun runs itself (`python -m m` becomes `-m m`)."""
 
 _SHAPE_FIELDS: Final = ("layers", "hiddenSize", "attentionHeads", "vocabSize", "sequenceLength")
 
@@ -398,7 +400,11 @@ class JobSpec(ApiModel):
     command: tuple[str, ...] = Field(
         DEFAULT_COMMAND,
         max_length=256,
-        description="Command run by torchrun; default the reference trainer.",
+        description=(
+            "Command run by torchrun; default the reference trainer. It cannot start with"
+            " an option (a word starting with '-'), nor can the module of `python -m`:"
+            " torchrun would read it as its own flag and override the plan's."
+        ),
     )
     args: tuple[str, ...] = Field(
         (), max_length=256, description="Arguments appended to the command."
@@ -447,6 +453,22 @@ class JobSpec(ApiModel):
             " memory; default 16Gi."
         ),
     )
+
+    @model_validator(mode="after")
+    def _check_command(self) -> Self:
+        command = self.command
+        if command and command[0].startswith("-"):
+            raise ValueError(
+                "job.command cannot start with an option (a word starting with '-'):"
+                " torchrun would take it as its own flag; give the program first"
+            )
+        is_module = len(command) >= 3 and command[0] in PYTHON_NAMES and command[1] == "-m"
+        if is_module and command[2].startswith("-"):
+            raise ValueError(
+                "job.command: the module of python -m cannot be an option (a word starting"
+                " with '-'): torchrun would take it as its own flag"
+            )
+        return self
 
 
 class TrainingPlanSpec(ApiModel):

@@ -54,6 +54,7 @@ from trainplan.api import (
     APP_MANAGED_BY_LABEL,
     APP_NAME_LABEL,
     PLAN_LABEL,
+    PYTHON_NAMES,
     TRAINING_PLAN_KIND,
     Plan,
     TrainingPlanSpec,
@@ -111,7 +112,7 @@ PROMETHEUS_SCRAPE_ANNOTATION: Final = "prometheus.io/scrape"
 PROMETHEUS_PORT_ANNOTATION: Final = "prometheus.io/port"
 PROMETHEUS_PATH_ANNOTATION: Final = "prometheus.io/path"
 
-_PYTHON: Final = frozenset({"python", "python3"})
+_PYTHON: Final = PYTHON_NAMES
 
 
 @dataclass(frozen=True, slots=True)

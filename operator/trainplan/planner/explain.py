@@ -197,6 +197,15 @@ def infeasibility_reasons(
         ]
     fastest = min(feasible, key=lambda e: e.duration_seconds)
     deadline = spec.objective.deadline_seconds
+    if deadline is not None and fastest.step_seconds >= deadline:
+        return [
+            f"One optimizer step of the global batch ({batch:,} sequences,"
+            f" {workload.tokens_per_step:,} tokens) takes"
+            f" {format_duration(fastest.step_seconds)} even in the fastest plan"
+            f" ({fastest.layout.gpus} GPUs, {fastest.layout.describe()}), longer than the"
+            f" whole deadline of {format_duration(deadline)}. Lower batch.globalBatchSize"
+            " or allow a later deadline."
+        ]
     if deadline is not None:
         ceiling = spec.objective.max_gpus
         within = f"within {ceiling} GPUs (objective.maxGPUs)" if ceiling else "found"
