@@ -6,9 +6,12 @@ method that sends HTTP) replaced: the URL the client built is parsed back into A
 resource, subresource, namespace and name, the HTTP method into the RBAC verb (GET of an
 object: get, GET of a collection: list, POST: create, PATCH: patch), and the request is
 answered from a dict the way the API server would (404, 409 on a name taken or a stale
-`resourceVersion`, merge patches, label selectors). Each request also records the line of
-the operator's code that made it (the innermost frame under operator/trainplan outside
-the client itself), so a test can tell which call sites it has driven.
+`resourceVersion`, merge patches, label selectors). A create whose owner reference blocks
+the owner's deletion also records `update` on the owner's `finalizers`, which the API
+server's OwnerReferencesPermissionEnforcement admission plugin requires. Each request
+also records the line of the operator's code that made it (the innermost frame under
+operator/trainplan outside the client itself), so a test can tell which call sites it has
+driven.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from trainplan.cluster import (
     KubernetesApiError,
     ResourceVersionConflictError,
 )
+from trainplan.cluster.resources import resource_path
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 PACKAGE_DIR: Final = REPO_ROOT / "operator" / "trainplan"
@@ -109,6 +113,19 @@ def _selected(obj: Mapping[str, Any], selector: str) -> bool:
     return True
 
 
+def _owner_finalizer_updates(body: Mapping[str, Any], site: tuple[str, int]) -> list[Request]:
+    """What the API server's OwnerReferencesPermissionEnforcement plugin checks on a
+    create: an owner reference with `blockOwnerDeletion: true` needs `update` on the
+    owner's `finalizers` subresource."""
+    requests = []
+    for owner in (body.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("blockOwnerDeletion"):
+            owner_path = resource_path(owner["apiVersion"], owner["kind"])
+            group = owner["apiVersion"].rpartition("/")[0]
+            requests.append(Request(group, f"{owner_path.plural}/finalizers", "update", site))
+    return requests
+
+
 class RecordingApi(KubernetesApi):
     """The operator's client, answered from memory; `requests` lists what it asked."""
 
@@ -154,6 +171,7 @@ class RecordingApi(KubernetesApi):
             ]
             return {"items": items}
         if verb == "create":
+            self.requests.extend(_owner_finalizer_updates(body, _call_site()))
             meta = body.get("metadata", {})
             key = (target.group, target.plural, target.namespace, meta["name"])
             if key in self.objects:

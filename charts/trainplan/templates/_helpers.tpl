@@ -103,6 +103,11 @@ every namespace, else in a Role of each watched namespace. */}}
 - apiGroups: ["trainplan.dev"]
   resources: ["trainingplans/status", "gpubudgets/status"]
   verbs: ["patch"]
+# The plan owns its Job, Service and ConfigMap with blockOwnerDeletion: the API server's
+# OwnerReferencesPermissionEnforcement plugin (OpenShift and others) then asks for this.
+- apiGroups: ["trainplan.dev"]
+  resources: ["trainingplans/finalizers"]
+  verbs: ["update"]
 # The training Job or JobSet: created, watched for status, patched for job.suspend.
 - apiGroups: ["batch"]
   resources: ["jobs"]
