@@ -13,14 +13,22 @@ import kubernetes_validate
 import pytest
 import yaml
 from click.testing import CliRunner
+from pydantic import ValidationError
 
-from tests.contract.crd_schema import CRDS_DIR, committed_crd, openapi_schema
+from tests.contract.crd_schema import (
+    CRDS_DIR,
+    committed_crd,
+    errors,
+    openapi_schema,
+    validator_for,
+)
 from trainplan.api import (
     GPUBudgetSpec,
     GPUBudgetStatus,
     TrainingPlanSpec,
     TrainingPlanStatus,
 )
+from trainplan.api.spec import QUANTITY_MAX_LENGTH, RESOURCE_QUANTITY_PATTERN
 from trainplan.cli.crds_command import HEADER, command, render_crd_files
 from trainplan.crdgen import all_crds, gpu_budget_crd, training_plan_crd
 
@@ -29,6 +37,11 @@ OLDEST_KUBERNETES_VERSION: Final = "1.28.0"
 """The first release whose CRD validation rules have `reason` and `fieldPath` (docs/crds.md)."""
 
 PLURALS: Final = ("trainingplans", "gpubudgets")
+MINIMAL_SPEC: Final[Mapping[str, Any]] = {
+    "model": {"preset": "pythia-1b"},
+    "data": {"tokens": 1e9},
+    "batch": {"globalBatchSize": 64},
+}
 
 TYPES: Final = frozenset({"object", "array", "string", "integer", "number", "boolean"})
 FORMATS: Final = frozenset({"date-time", "date", "int32", "int64", "float", "double", "byte"})
@@ -280,7 +293,33 @@ def test_resource_root_requires_spec_and_leaves_metadata_to_the_server(
 def test_quantities_are_int_or_string() -> None:
     job = openapi_schema(training_plan_crd())["properties"]["spec"]["properties"]["job"]
     values = job["properties"]["resources"]["additionalProperties"]
-    assert values == {"x-kubernetes-int-or-string": True}
+    assert values == {
+        "x-kubernetes-int-or-string": True,
+        "pattern": RESOURCE_QUANTITY_PATTERN,
+        "maxLength": QUANTITY_MAX_LENGTH,
+    }
+
+
+# Quantities as kubectl users write them, and what apimachinery's parser refuses
+# (k8s.io/apimachinery/pkg/api/resource, ParseQuantity) or requests cannot be.
+GOOD_QUANTITIES: Final = ("32", 32, "0.5", ".5", "500m", "256Gi", "1.5Ti", "1e3", "2E-3", "+4")
+BAD_QUANTITIES: Final = ("lots", "-1", "1Gb", "", "1 Gi", "1.2.3", "Gi", "1e", "0x10", "1" * 65)
+
+
+@pytest.mark.parametrize("value", GOOD_QUANTITIES)
+def test_the_crd_and_the_model_accept_quantities(value: object) -> None:
+    spec = {**MINIMAL_SPEC, "job": {"resources": {"cpu": value}}}
+    assert errors(validator_for(committed_crd("trainingplans"), "spec"), spec) == []
+    TrainingPlanSpec.model_validate(spec)
+
+
+@pytest.mark.parametrize("value", BAD_QUANTITIES)
+def test_the_crd_and_the_model_refuse_what_is_not_a_quantity(value: str) -> None:
+    spec = {**MINIMAL_SPEC, "job": {"resources": {"memory": value}}}
+    (problem,) = errors(validator_for(committed_crd("trainingplans"), "spec"), spec)
+    assert problem.startswith("job.resources.memory: ")
+    with pytest.raises(ValidationError, match=r"job\.resources\.memory"):
+        TrainingPlanSpec.model_validate(spec)
 
 
 def test_times_are_date_times_and_conditions_a_list_map() -> None:

@@ -29,18 +29,33 @@ def _number_to_text(value: object) -> object:
     return value
 
 
+RESOURCE_QUANTITY_PATTERN: Final = (
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+"""A non-negative Kubernetes quantity: the grammar of apimachinery's `resource.Quantity`
+(the pattern controller-gen writes for it) without a minus sign, since requests cannot be
+negative: "32", "500m", "256Gi", "1e3"."""
+QUANTITY_MAX_LENGTH: Final = 64
+"""Longest quantity text accepted."""
+
 Quantity = Annotated[
     str,
     BeforeValidator(_number_to_text),
+    StringConstraints(max_length=QUANTITY_MAX_LENGTH, pattern=RESOURCE_QUANTITY_PATTERN),
     WithJsonSchema(
-        {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True},
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+            "pattern": RESOURCE_QUANTITY_PATTERN,
+            "maxLength": QUANTITY_MAX_LENGTH,
+        },
         mode="validation",
     ),
 ]
-"""A Kubernetes resource quantity ("32", "256Gi"); a bare number is read as its text.
-
-Its input schema is Kubernetes' int-or-string, as for the quantities of built-in kinds.
-"""
+"""A Kubernetes resource quantity ("32", "500m", "256Gi"); a bare number is read as its
+text. Its input schema is Kubernetes' int-or-string, as for the quantities of built-in
+kinds, with the quantity grammar as a pattern, so `cpu: lots` is refused at apply."""
 
 _NAME_MAX_LENGTH: Final = 253
 """Longest Kubernetes object name (a DNS subdomain), and the cap on catalog names."""
