@@ -47,13 +47,39 @@ class ConditionType(StrEnum):
     METRICS_AVAILABLE = "MetricsAvailable"
 
 
-class Condition(ApiModel):
-    """A standard Kubernetes condition (metav1.Condition)."""
+CONDITION_TYPE_PATTERN: Final = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+"""metav1.Condition's type: a qualified name (k8s.io/apimachinery, pkg/apis/meta/v1/types.go)."""
+CONDITION_TYPE_MAX_LENGTH: Final = 316
+CONDITION_REASON_PATTERN: Final = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+"""metav1.Condition's reason: CamelCase, a letter first (the same source)."""
+CONDITION_REASON_MAX_LENGTH: Final = 1024
+CONDITION_MESSAGE_MAX_LENGTH: Final = 32768
+MAX_CONDITIONS: Final = 32
+"""Most conditions one status holds (trainplan writes fewer than ten types)."""
 
-    type: str = Field(min_length=1, description="Condition type, e.g. Planned, Progressing.")
+
+class Condition(ApiModel):
+    """A standard Kubernetes condition, with metav1.Condition's bounds."""
+
+    type: str = Field(
+        min_length=1,
+        max_length=CONDITION_TYPE_MAX_LENGTH,
+        pattern=CONDITION_TYPE_PATTERN,
+        description="Condition type, e.g. Planned, Progressing.",
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    reason: str = Field(min_length=1, description="CamelCase reason for the last transition.")
-    message: str = Field("", description="Human-readable details.")
+    reason: str = Field(
+        min_length=1,
+        max_length=CONDITION_REASON_MAX_LENGTH,
+        pattern=CONDITION_REASON_PATTERN,
+        description="CamelCase reason for the last transition.",
+    )
+    message: str = Field(
+        "", max_length=CONDITION_MESSAGE_MAX_LENGTH, description="Human-readable details."
+    )
     last_transition_time: AwareDatetime = Field(
         description="When the status last changed (with a time zone)."
     )
@@ -129,7 +155,9 @@ class TrainingPlanStatus(ApiModel):
     observed_generation: int | None = Field(
         None, ge=0, description="metadata.generation last acted upon."
     )
-    conditions: tuple[Condition, ...] = Field((), description="Standard conditions.")
+    conditions: tuple[Condition, ...] = Field(
+        (), max_length=MAX_CONDITIONS, description="Standard conditions."
+    )
     plan: Plan | None = Field(None, description="The plan in force.")
     gpus: int | None = Field(None, ge=1, description="GPUs of the plan in force (printer column).")
     layout: str | None = Field(

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
+from trainplan.api.status import CONDITION_MESSAGE_MAX_LENGTH
+
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 
@@ -18,7 +20,10 @@ def make_condition(
     now: datetime,
     generation: int | None,
 ) -> dict[str, Any]:
-    """A condition as the API stores it."""
+    """A condition as the API stores it; a message beyond metav1.Condition's 32,768
+    characters is cut, ending in an ellipsis."""
+    if len(message) > CONDITION_MESSAGE_MAX_LENGTH:
+        message = message[: CONDITION_MESSAGE_MAX_LENGTH - 1] + "…"
     condition: dict[str, Any] = {
         "type": condition_type,
         "status": status,
