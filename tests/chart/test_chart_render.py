@@ -714,3 +714,21 @@ def test_local_prometheus_config_passes_promtool() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_only_the_operator_pod_mounts_the_accounts_token() -> None:
+    rendered = render({})
+    (account,) = objects(rendered, "ServiceAccount")
+    (deployment,) = objects(rendered, "Deployment")
+    assert account["automountServiceAccountToken"] is False
+    assert deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    (shared,) = objects(render({"serviceAccount": {"automount": True}}), "ServiceAccount")
+    assert shared["automountServiceAccountToken"] is True
+
+
+def test_image_pull_secrets_are_names() -> None:
+    given = render({"imagePullSecrets": [{"name": "regcred"}]})
+    (deployment,) = objects(given, "Deployment")
+    assert deployment["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    with pytest.raises(helm.HelmError, match="imagePullSecrets"):
+        render({"imagePullSecrets": ["regcred"]})
