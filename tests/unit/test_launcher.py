@@ -10,7 +10,8 @@ import copy
 import json
 import re
 from functools import cache
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import pytest
 import yaml
@@ -19,7 +20,12 @@ from trainplan.api import DEFAULT_COMMAND, Plan, TrainingPlanSpec
 from trainplan.launcher import LauncherError, PlanRef, job_name, label_value, render, render_for
 from trainplan.launcher import env as envnames
 from trainplan.launcher.frameworks import DEEPSPEED_CONFIG_DIR, DEEPSPEED_CONFIG_FILE
-from trainplan.launcher.names import MAX_JOB_NAME_LENGTH, is_dns_label, pod_hostname
+from trainplan.launcher.names import (
+    MAX_JOB_NAME_LENGTH,
+    MAX_JOBSET_NAME_LENGTH,
+    is_dns_label,
+    pod_hostname,
+)
 from trainplan.launcher.render import CHECKPOINT_DIR, RENDEZVOUS_PORT, torchrun_program
 from trainplan.planner import Catalog, plan
 from trainplan.planner.resolve import resolve_shape
@@ -692,6 +698,43 @@ def test_other_names_are_shortened_deterministically_with_a_hash(name: str) -> N
     assert is_dns_label(pod_hostname(short, 99_999, jobset=True))
 
 
+def _jobset_webhook_accepts(jobset_name: str, nodes: int) -> bool:
+    """JobSet's create check of a replicated job's pod names (kubernetes-sigs/jobset,
+    pkg/webhooks/jobset_webhook.go): `GenPodName(jobset, rjob, maxJobIndex, maxPodIndex)`
+    (`%s-%s-%s-%s`) plus a 5-character random suffix must be a DNS-1035 label (<= 63)."""
+    longest_pod_name = f"{jobset_name}-node-0-{nodes - 1}" + "-abcde"
+    return len(longest_pod_name) <= 63 and DNS_1035.fullmatch(longest_pod_name) is not None
+
+
+@pytest.mark.parametrize("length", range(40, 254, 3))
+def test_jobset_names_pass_jobsets_webhook_at_every_plan_name_length(length: int) -> None:
+    """Plan names of 45-50 characters used to be kept whole for a JobSet and refused."""
+    name = ("llama-" * 50)[: length - 1] + "z"
+    short = job_name(name, jobset=True)
+    assert len(short) <= MAX_JOBSET_NAME_LENGTH
+    assert _jobset_webhook_accepts(short, nodes=100_000)
+    assert job_name(name, jobset=True) == short
+
+
+def test_jobset_names_are_kept_whole_when_they_fit() -> None:
+    assert job_name("a" * MAX_JOBSET_NAME_LENGTH, jobset=True) == "a" * MAX_JOBSET_NAME_LENGTH
+    assert job_name("a" * (MAX_JOBSET_NAME_LENGTH + 1), jobset=True) != "a" * (
+        MAX_JOBSET_NAME_LENGTH + 1
+    )
+    assert not _jobset_webhook_accepts("a" * (MAX_JOBSET_NAME_LENGTH + 1), nodes=100_000)
+
+
+def test_a_rendered_jobset_of_a_long_plan_name_passes_jobsets_webhook() -> None:
+    name = "a" * 50
+    objects = objects_for(PlanRef(name, "team-a", REF.uid), job={"launcher": "JobSet"})
+    (jobset,) = [obj for obj in objects if obj["kind"] == "JobSet"]
+    (replicated,) = jobset["spec"]["replicatedJobs"]
+    completions = replicated["template"]["spec"]["completions"]
+    assert replicated["name"] == "node"
+    assert replicated["template"]["spec"]["completionMode"] == "Indexed"
+    assert _jobset_webhook_accepts(jobset["metadata"]["name"], nodes=completions)
+
+
 def test_shortened_names_of_different_plans_differ() -> None:
     prefix = "p" * 60
 
@@ -1038,3 +1081,37 @@ def test_render_is_deterministic(framework: str, launcher: str, catalog: Catalog
     first[-1]["metadata"]["labels"]["changed"] = "yes"
     container(first)["env"].clear()
     assert render_for(REF, spec, result, catalog) == second
+
+
+TORCHTITAN_V010: Final = Path(__file__).resolve().parents[1] / (
+    "data/upstream/torchtitan-v0.1.0-job-config.json"
+)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        TORCHTITAN,
+        {
+            "parallelism": {"tensor": 1, "pipeline": 2, "virtualPipelineStages": 2},
+            "training": {"precision": "fp8"},
+            "hardware": {"gpuType": "H100-SXM5-80GB"},
+            "job": {"framework": "torchtitan"},
+        },
+        {
+            "parallelism": {"tensor": 1, "pipeline": 1, "zeroStage": 0},
+            "objective": {"gpus": 8},
+            "model": {"preset": "pythia-410m"},
+            "job": {"framework": "torchtitan"},
+        },
+    ],
+)
+def test_every_torchtitan_flag_is_a_field_of_the_pinned_release(change: dict[str, Any]) -> None:
+    """Each `--section.field` the launcher writes names a field of torchtitan v0.1.0's
+    JobConfig (the field list taken from the tag's torchtitan/config_manager.py)."""
+    sections = json.loads(TORCHTITAN_V010.read_text(encoding="utf-8"))["sections"]
+    flags = [a for a in program_args(objects_for(**change)) if a.startswith("--")]
+    assert flags
+    for flag in flags:
+        section, _, field = flag[2:].partition(".")
+        assert field in sections.get(section, ()), f"{flag} is not in torchtitan v0.1.0"

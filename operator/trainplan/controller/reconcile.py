@@ -120,7 +120,7 @@ def decide_launch(
         f" {result.gpu_hours:,.0f} GPU-hours"
     )
     suspended = spec.job.suspend
-    job = job_name(name)
+    job = job_name(name, jobset=spec.job.launcher == "JobSet")
     conditions = merge_conditions(
         previous_status.get("conditions"),
         [

@@ -16,7 +16,7 @@ flag wins, so they can override them).
   ZeRO-1, recompute, precision, steps, the model shape and checkpointing. Megatron-LM's
   distributed optimizer is ZeRO-1; a plan with ZeRO-2 or 3 is rejected.
 - `torchtitan`: `python -m torchtitan.train` with `JobConfig` overrides as named in
-  torchtitan v0.1.0 (torchtitan/config/job_config.py, mid-2025): `--parallelism.*`,
+  torchtitan v0.1.0 (torchtitan/config_manager.py at that tag, June 2025): `--parallelism.*`,
   `--training.*`, `--activation_checkpoint.mode`, `--checkpoint.*`. The model itself is
   chosen by torchtitan's `--model.name` / `--model.flavor` or a `--job.config_file`, which
   the user passes in `job.args`. Later torchtitan releases renamed some of these (e.g.

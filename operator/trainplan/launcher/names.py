@@ -5,14 +5,19 @@ A TrainingPlan's name is a DNS-1123 subdomain (up to 253 characters, dots allowe
 objects made from it need more: a Service name is a DNS-1035 label (a letter first, at
 most 63 characters, no dots), and every pod's hostname, `<job>-<index>` for an Indexed Job
 or `<jobset>-node-0-<index>` for a JobSet, is a DNS-1123 label of at most 63 characters.
+JobSet's admission webhook asks more still: the longest pod name of each replicated job,
+`<jobset>-<replicated job>-<job index>-<pod index>` plus the 5-character random suffix
+of a generated name (`-abcde`), must be a DNS-1035 label (kubernetes-sigs/jobset,
+`pkg/webhooks/jobset_webhook.go`, `ValidateCreate`).
 
 Rule (`job_name`): a plan name that already is a DNS-1035 label of at most
-`MAX_JOB_NAME_LENGTH` (50) characters is used unchanged, so `kubectl get job <plan>` works.
-Any other name is shortened deterministically: lower-cased, each run of characters other
-than letters and digits made one `-`, prefixed `tp-` unless it starts with a letter, cut
-to fit, and suffixed with `-` and the first 8 hex digits of the SHA-256 of the whole plan
-name, so two plans in a namespace never share a job. 50 leaves room for the longest
-hostname suffix, `-node-0-` and a five-digit index (up to 100,000 nodes).
+`MAX_JOB_NAME_LENGTH` (50) characters, or `MAX_JOBSET_NAME_LENGTH` (44) for a JobSet, is
+used unchanged, so `kubectl get job <plan>` works. Any other name is shortened
+deterministically: lower-cased, each run of characters other than letters and digits made
+one `-`, prefixed `tp-` unless it starts with a letter, cut to fit, and suffixed with `-`
+and the first 8 hex digits of the SHA-256 of the whole plan name, so two plans in a
+namespace never share a job. 50 leaves room for the hostname suffix `-node-0-` and a
+five-digit index (up to 100,000 nodes); 44 for that and JobSet's `-abcde`.
 
 Label values (`label_value`) are at most 63 characters: a longer plan name is cut and
 suffixed the same way.
@@ -36,7 +41,13 @@ MAX_INDEX_DIGITS: Final = 5
 """Digits of the largest pod index the job names leave room for (99,999)."""
 
 MAX_JOB_NAME_LENGTH: Final = MAX_LABEL_LENGTH - len(f"-{REPLICATED_JOB_NAME}-0-") - MAX_INDEX_DIGITS
-"""Longest job name: room for the JobSet pod hostname `<job>-node-0-<index>` (50)."""
+"""Longest Job name: room for the pod hostname `<job>-node-0-<index>` (50)."""
+
+GENERATED_SUFFIX_LENGTH: Final = len("-abcde")
+"""The random suffix of a generated pod name, which JobSet's webhook counts in."""
+
+MAX_JOBSET_NAME_LENGTH: Final = MAX_JOB_NAME_LENGTH - GENERATED_SUFFIX_LENGTH
+"""Longest JobSet name: its longest pod name with the random suffix is a label (44)."""
 
 _HASH_DIGITS: Final = 8
 _DNS_1035_LABEL: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -48,21 +59,24 @@ def _digest(name: str) -> str:
     return hashlib.sha256(name.encode("utf-8")).hexdigest()[:_HASH_DIGITS]
 
 
-def job_name(plan_name: str) -> str:
-    """The name of the Job or JobSet, and of its headless Service, for a plan.
+def job_name(plan_name: str, *, jobset: bool = False) -> str:
+    """The name of the Job (or, with `jobset`, the JobSet), and of its headless Service,
+    for a plan.
 
     The plan name itself when it is a DNS-1035 label of at most `MAX_JOB_NAME_LENGTH`
-    characters; otherwise a deterministic short form ending in a hash of the plan name
-    (see the module docstring). Raises ValueError for an empty name.
+    (`MAX_JOBSET_NAME_LENGTH`) characters; otherwise a deterministic short form ending in
+    a hash of the plan name (see the module docstring). Raises ValueError for an empty
+    name.
     """
     if not plan_name:
         raise ValueError("a TrainingPlan needs a name (metadata.name) to name its job")
-    if len(plan_name) <= MAX_JOB_NAME_LENGTH and _DNS_1035_LABEL.fullmatch(plan_name):
+    longest = MAX_JOBSET_NAME_LENGTH if jobset else MAX_JOB_NAME_LENGTH
+    if len(plan_name) <= longest and _DNS_1035_LABEL.fullmatch(plan_name):
         return plan_name
     base = re.sub(r"[^a-z0-9]+", "-", plan_name.lower()).strip("-")
     if not base[:1].isalpha():
         base = f"tp-{base}".rstrip("-")
-    base = base[: MAX_JOB_NAME_LENGTH - _HASH_DIGITS - 1].rstrip("-")
+    base = base[: longest - _HASH_DIGITS - 1].rstrip("-")
     return f"{base}-{_digest(plan_name)}"
 
 

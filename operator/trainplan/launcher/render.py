@@ -63,6 +63,7 @@ from trainplan.launcher import env
 from trainplan.launcher.errors import LauncherError
 from trainplan.launcher.frameworks import DEEPSPEED_CONFIG_DIR, Launch, launch_for
 from trainplan.launcher.names import (
+    GENERATED_SUFFIX_LENGTH,
     MAX_INDEX_DIGITS,
     REPLICATED_JOB_NAME,
     is_dns_label,
@@ -364,7 +365,9 @@ def _problems(
             )
     jobset = spec_job.launcher == "JobSet"
     last_host = pod_hostname(job, plan.nodes - 1, jobset=jobset)
-    if not is_dns_label(last_host):
+    # JobSet's webhook also counts a generated name's random suffix (`-abcde`).
+    checked = last_host + "x" * GENERATED_SUFFIX_LENGTH if jobset else last_host
+    if not is_dns_label(checked):
         problems.append(
             (
                 "objective",
@@ -525,7 +528,7 @@ def render(
                 f"pass resolve_shape(spec, catalog)[0] or call render_for(ref, spec, plan, "
                 f"catalog)"
             )
-    job = job_name(ref.name)
+    job = job_name(ref.name, jobset=spec.job.launcher == "JobSet")
     gpus_per_pod = plan.gpus // plan.nodes
     problems = _problems(spec, plan, gpu, job, gpus_per_pod)
     launch: Launch | None = None
