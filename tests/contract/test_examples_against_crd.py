@@ -424,6 +424,7 @@ def test_gpu_budget_status_validates_and_bad_budgets_are_rejected() -> None:
                 uid="uid-1",
                 gpus=64,
                 projected_gpu_hours=40_000.0,
+                admitted_gpu_hours=36_000.0,
                 admitted_time=NOW,
                 intervals=(
                     UsageInterval(start=NOW, end=NOW + timedelta(hours=2)),

@@ -1,20 +1,23 @@
 """GPU budgets in the reconcile path, against kmock: plans over budget are rejected
 with the numbers, Warn admits with BudgetExceeded, Downsize launches a smaller plan,
 concurrent plans cannot share one remainder, the ledger follows the plan's phases, and
-malformed or missing budgets are reported."""
+malformed or missing budgets are reported. Two findings of the security review: a pod
+reporting its last step does not free its plan's commitment, and a rejected plan that is
+fixed launches with its budget entry."""
 
 from __future__ import annotations
 
 import asyncio
 import urllib.request
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.harness import JOBS, Cluster, OperatorProcess
+from tests.integration.harness import JOBS, Cluster, OperatorProcess, TrainingPod
 from trainplan.api import TrainingPlanSpec
 from trainplan.controller import OperatorConfig
 from trainplan.planner import Catalog, plan
@@ -219,3 +222,114 @@ async def test_malformed_and_missing_budgets_are_reported(
     planned = _condition(rejected, "Planned")
     assert planned["reason"] == "BudgetNotFound"
     assert "'nowhere' not found" in planned["message"]
+
+
+# --- security review: finding 2 -----------------------------------------------------------
+
+
+async def _running_pod(cluster: Cluster, plan_name: str, job: str) -> None:
+    """The Job's rank-0 pod, running on 127.0.0.1 (where the test's metrics are served)."""
+    code, answer = await cluster._call(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{job}-0-abcde",
+                "namespace": "default",
+                "uid": f"pod-{plan_name}",
+                "labels": {"trainplan.dev/plan": plan_name},
+                "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+            },
+            "status": {"phase": "Running", "podIP": "127.0.0.1"},
+        },
+    )
+    assert code in (200, 201), answer
+
+
+def _entry(cluster: Cluster, name: str) -> dict[str, Any]:
+    ledger = cluster.budget("team-a").get("status", {}).get("ledger", [])
+    return next((entry for entry in ledger if entry["name"] == name), {})
+
+
+async def test_a_pod_reporting_its_last_step_does_not_free_the_budget(
+    budget_operator: OperatorProcess, cluster: Cluster, pod: TrainingPod, needs: float
+) -> None:
+    """The pod reports step == totalSteps while its Job stays active: the ETA projects
+    the GPU-hours used so far, yet the plan keeps committing what it was admitted with,
+    and a second plan that would take the budget past its limit is rejected."""
+    await cluster.apply_budget("team-a", {"gpuHours": needs * 1.5, "period": "30d"})
+    job_spec = {**SPEC["job"], "metricsPort": pod.port}
+    name = await cluster.apply_plan(_plan("reporter", job=job_spec))
+    job = (await cluster.wait_for_phase(name, "Launching"))["status"]["jobName"]
+    await _running_pod(cluster, name, job)
+    started = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await cluster.write_job_status(job, {"active": 1, "startTime": started})
+    status = (await cluster.wait_for_phase(name, "Running"))["status"]
+    pod.tokens_per_step = status["plan"]["tokensPerStep"]
+    pod.step = status["plan"]["totalSteps"]
+
+    # The projection collapses to what was used, and the ledger carries it in.
+    await cluster.wait_for(
+        lambda: _entry(cluster, name).get("projectedGPUHours", needs) < needs * 0.05,
+        "the reported end in the ledger's projection",
+    )
+    entry = _entry(cluster, name)
+    assert entry["admittedGPUHours"] == pytest.approx(needs)
+    assert not entry["finished"]
+    assert cluster.budget("team-a")["status"]["committedGPUHours"] > needs * 0.9
+
+    second = await cluster.apply_plan(_plan("second"))
+    rejected = await cluster.wait_for_phase(second, "Rejected")
+    assert _condition(rejected, "Planned")["reason"] == "OverBudget"
+    assert list(cluster.objects(JOBS)) == [job]
+    assert cluster.plan(name)["status"]["phase"] == "Running"
+    assert [e["name"] for e in cluster.budget("team-a")["status"]["ledger"]] == [name]
+
+
+# --- security review: finding 6 -----------------------------------------------------------
+
+
+@pytest_asyncio.fixture()
+async def racing_budget_operator(
+    cluster: Cluster, catalog: Catalog
+) -> AsyncIterator[OperatorProcess]:
+    """Budgets revised every 50 ms: a revision falls between a plan's admission and the
+    status that says so."""
+    config = OperatorConfig(
+        metrics_port=0,
+        metrics_address="127.0.0.1",
+        eta_interval_seconds=0.2,
+        budget_interval_seconds=0.05,
+    )
+    process = OperatorProcess(cluster, catalog, config)
+    await process.start()
+    yield process
+    await process.stop()
+
+
+FIXED_PLANS = 5
+
+
+async def test_a_rejected_plan_that_is_fixed_launches_with_its_budget_entry(
+    racing_budget_operator: OperatorProcess, cluster: Cluster, needs: float
+) -> None:
+    await cluster.apply_budget("team-a", {"gpuHours": needs * 4 * FIXED_PLANS, "period": "30d"})
+    names = []
+    for index in range(FIXED_PLANS):
+        name = await cluster.apply_plan(_plan(f"fixed-{index}", parallelism={"tensor": 5}))
+        rejected = await cluster.wait_for_phase(name, "Rejected")
+        assert _condition(rejected, "Planned")["reason"] == "InvalidSpec"
+        await cluster.patch_plan_spec(name, {"parallelism": {"tensor": 1}})
+        await cluster.wait_for_phase(name, "Launching")
+        names.append(name)
+    await asyncio.sleep(0.5)  # ten more revisions of the budget
+
+    lost = [n for n in names if not _entry(cluster, n) or _entry(cluster, n)["finished"]]
+    assert lost == [], f"launched without a live budget entry: {lost}"
+    status = cluster.budget("team-a")["status"]
+    assert status["activePlans"] == sorted(names)
+    admitted = sum(cluster.plan(n)["status"]["plan"]["gpuHours"] for n in names)
+    assert status["committedGPUHours"] >= admitted - 1e-2  # the ETA may project a bit more
+    assert all(cluster.plan(n)["status"]["phase"] == "Launching" for n in names)

@@ -21,10 +21,12 @@ from trainplan.api import (
     UsageInterval,
 )
 from trainplan.controller.budgets import (
+    OVERRUN_HORIZON_SECONDS,
     Budget,
     BudgetSummary,
     Verdict,
     admit,
+    admitted_gpu_hours,
     budget_conditions,
     budget_status,
     committed_gpu_hours,
@@ -32,6 +34,7 @@ from trainplan.controller.budgets import (
     follow_phase,
     judge,
     ledger_from_status,
+    phase_for_entry,
     prune,
     release,
     replace_usage,
@@ -87,12 +90,15 @@ def _usage(
     finished: bool = False,
     uid: str | None = None,
     admitted: datetime = T0,
+    admitted_gpu_hours: float | None = None,
 ) -> PlanUsage:
+    """An entry admitted with its projection (unless `admitted_gpu_hours` says otherwise)."""
     return PlanUsage(
         name=name,
         uid=uid if uid is not None else f"uid-{name}",
         gpus=gpus,
         projected_gpu_hours=projected,
+        admitted_gpu_hours=projected if admitted_gpu_hours is None else admitted_gpu_hours,
         admitted_time=admitted,
         intervals=tuple(UsageInterval(start=start, end=end) for start, end in intervals),
         finished=finished,
@@ -181,8 +187,8 @@ def test_committed_is_projection_less_whole_life_use() -> None:
 
 
 def test_committed_never_goes_negative_and_is_zero_once_finished() -> None:
-    overrun = _usage("a", 8, 10, (T0, None))
-    assert committed_gpu_hours(overrun, T0 + _hours(5)) == 0.0
+    overrun = _usage("a", 8, 10, (T0, T0 + _hours(5)))  # stopped (suspended) past its hours
+    assert committed_gpu_hours(overrun, T0 + _hours(6)) == 0.0
     finished = _usage("b", 8, 100, (T0, T0 + _hours(1)), finished=True)
     assert committed_gpu_hours(finished, T0 + _hours(2)) == 0.0
 
@@ -191,6 +197,65 @@ def test_admitted_plan_not_started_commits_its_projection() -> None:
     spec = GPUBudgetSpec(gpu_hours=500, period="7d")
     ledger = [_usage("a", 8, 120)]
     assert _figures(spec, ledger, T0) == (0.0, 120.0, 380.0, 8, ("a",))
+
+
+# --- the commitment cannot be talked down (security review, finding 2) ------------------------
+
+
+def test_a_projection_that_drops_keeps_the_admitted_gpu_hours_committed() -> None:
+    """The pod reports its final step one hour in: the ETA projects what was used (8),
+    yet the plan was admitted for 100 and its Job still runs."""
+    running = _step(_usage("a", 8, 100), "Running", T0, start_time=T0)
+    reported_done = _step(running, "Running", T0 + _hours(1), projected=8.0)
+    assert reported_done.projected_gpu_hours == 8.0
+    assert reported_done.admitted_gpu_hours == 100.0
+    assert committed_gpu_hours(reported_done, T0 + _hours(1)) == pytest.approx(100 - 8)
+
+
+def test_the_bypass_no_longer_admits_a_second_plan_over_the_limit(base_plan: Plan) -> None:
+    spec = GPUBudgetSpec(gpu_hours=150, period="7d")
+    first = _step(_usage("first", 8, 100), "Running", T0, start_time=T0)
+    first = _step(first, "Running", T0 + _hours(1), projected=8.0)  # "done" at once
+    budget = _budget(spec, [first], T0 + _hours(1))
+    assert budget.summary.remaining_gpu_hours == pytest.approx(150 - 8 - 92)
+    second = _planned(base_plan, gpu_hours=100)
+    verdict = judge(budget, _spec(), second, _no_replan)
+    assert not verdict.allowed
+    assert "needs 100 GPU-hours; team-a has 50 of 150 left" in verdict.message
+
+
+def test_a_projection_above_the_admission_is_committed() -> None:
+    slower = _usage("a", 8, 150, (T0, None), admitted_gpu_hours=100)
+    assert committed_gpu_hours(slower, T0 + _hours(2)) == pytest.approx(150 - 16)
+
+
+def test_a_job_past_its_admitted_hours_commits_its_gpus_for_the_horizon() -> None:
+    horizon_gpu_hours = 8 * OVERRUN_HORIZON_SECONDS / 3600
+    assert horizon_gpu_hours == 8.0  # one hour of its 8 GPUs
+    admitted_10 = _usage("a", 8, 10, (T0, None))
+    assert committed_gpu_hours(admitted_10, T0 + _hours(1)) == pytest.approx(2.0)  # 10 - 8
+    assert committed_gpu_hours(admitted_10, T0 + _hours(1.25)) == pytest.approx(8.0)  # used 10
+    assert committed_gpu_hours(admitted_10, T0 + _hours(30)) == pytest.approx(8.0)  # still held
+    # Its projection told down to what it used changes nothing.
+    told_down = _step(admitted_10, "Running", T0 + _hours(5), projected=40.0)
+    assert committed_gpu_hours(told_down, T0 + _hours(5)) == pytest.approx(8.0)
+    # Its pods let go (suspended) or it ended: nothing more is committed.
+    suspended = _step(admitted_10, "Suspended", T0 + _hours(5))
+    assert committed_gpu_hours(suspended, T0 + _hours(6)) == 0.0
+    done = _step(admitted_10, "Succeeded", T0 + _hours(6), end_time=T0 + _hours(5))
+    assert committed_gpu_hours(done, T0 + _hours(6)) == 0.0
+
+
+def test_an_entry_from_before_admitted_hours_keeps_its_projection_as_admitted() -> None:
+    old = _usage("a", 8, 100, (T0, None)).model_copy(update={"admitted_gpu_hours": None})
+    assert admitted_gpu_hours(old) == 100.0
+    assert committed_gpu_hours(old, T0 + _hours(1)) == pytest.approx(92.0)
+    told_down = _step(old, "Running", T0 + _hours(1), projected=8.0)
+    assert told_down.admitted_gpu_hours == 100.0  # recorded before the projection changed
+    assert committed_gpu_hours(told_down, T0 + _hours(1)) == pytest.approx(92.0)
+    document = old.to_document()
+    assert "admittedGPUHours" not in document
+    assert PlanUsage.model_validate(document) == old
 
 
 def test_empty_ledger_leaves_the_whole_allowance() -> None:
@@ -212,6 +277,7 @@ def test_admit_records_the_plan_once(base_plan: Plan) -> None:
             uid="u-a",
             gpus=8,
             projected_gpu_hours=base_plan.gpu_hours,
+            admitted_gpu_hours=base_plan.gpu_hours,
             admitted_time=T0,
         )
     ]
@@ -309,6 +375,58 @@ def test_rejected_before_running_finishes_without_intervals() -> None:
     rejected = _step(_usage("a", 8, 100), "Rejected", T0)
     assert rejected.finished
     assert rejected.intervals == ()
+
+
+# --- a Rejected phase older than the entry (security review, finding 6) ----------------------
+
+
+def _entry_phase(
+    phase: str | None,
+    *,
+    generation: int | None = 2,
+    observed: int | None = 2,
+    updated: datetime | None = T0 - timedelta(hours=1),
+) -> str | None:
+    return phase_for_entry(
+        _usage("a", 8, 100, admitted=T0),
+        phase=phase,
+        generation=generation,
+        observed_generation=observed,
+        updated_time=updated,
+    )
+
+
+def test_a_rejection_of_an_older_spec_leaves_a_fresh_entry_alone() -> None:
+    # Rejected at generation 1, fixed (2) and admitted; the status still says Rejected.
+    assert _entry_phase("Rejected", generation=2, observed=1, updated=T0 + _hours(1)) is None
+
+
+def test_a_rejection_written_before_the_admission_leaves_the_entry_alone() -> None:
+    # The same spec admitted again (resumed once the budget had room): only the time tells.
+    assert _entry_phase("Rejected", generation=2, observed=2, updated=T0 - _hours(1)) is None
+
+
+def test_a_rejection_after_the_admission_finishes_the_entry() -> None:
+    for updated in (T0, T0 + _hours(1), None):
+        assert _entry_phase("Rejected", updated=updated) == "Rejected"
+    assert _entry_phase("Rejected", generation=None, observed=None, updated=None) == "Rejected"
+    finished = _step(_usage("a", 8, 100), _entry_phase("Rejected", updated=T0), T0)
+    assert finished.finished
+
+
+def test_other_phases_are_followed_whatever_the_generation_or_time() -> None:
+    for phase in ("Succeeded", "Failed", "Running", "Launching", None):
+        assert _entry_phase(phase, observed=1, updated=T0 - _hours(1)) == phase
+
+
+def test_a_stale_rejection_neither_finishes_nor_prunes_the_entry() -> None:
+    spec = GPUBudgetSpec(gpu_hours=500, period="7d")
+    admitted = _usage("a", 8, 100, admitted=T0)
+    phase = _entry_phase("Rejected", generation=3, observed=2, updated=T0 - _hours(1))
+    followed = _step(admitted, phase, T0 + _hours(0.001))
+    assert followed == admitted
+    assert prune(spec, [followed], T0 + _hours(1)) == [admitted]
+    assert _figures(spec, [followed], T0 + _hours(1)) == (0.0, 100.0, 400.0, 8, ("a",))
 
 
 def test_ended_without_being_seen_running_counts_from_start_to_completion() -> None:
@@ -472,15 +590,15 @@ def test_several_plans_over_three_weeks(base_plan: Plan) -> None:
     )
 
     # Day 8 17:00: "gone" ended before the window (day 1 16:00) and is pruned, "short"
-    # (day 3) still counts, "long" is clipped at the window start and, having run longer
-    # than projected, commits nothing more.
+    # (day 3) still counts, "long" is clipped at the window start and, running longer
+    # than admitted, commits its 16 GPUs for the next hour.
     now = T0 + _days(8) + _hours(17)
     kept = prune(spec, ledger, now)
     assert [u.name for u in kept] == ["long", "short"]
     assert _figures(spec, kept, now) == (
         16 * 24 * 7 + 64,
-        0.0,
-        5000 - 16 * 24 * 7 - 64,
+        16.0,
+        5000 - 16 * 24 * 7 - 64 - 16,
         16,
         ("long",),
     )
@@ -492,7 +610,7 @@ def test_several_plans_over_three_weeks(base_plan: Plan) -> None:
     kept = prune(spec, ledger, now)
     assert [u.name for u in kept] == ["long"]
     assert kept[0].intervals == (UsageInterval(start=T0),)
-    assert _figures(spec, kept, now) == (16 * 24 * 7, 0.0, 5000 - 16 * 24 * 7, 16, ("long",))
+    assert _figures(spec, kept, now) == (16 * 24 * 7, 16.0, 5000 - 16 * 24 * 7 - 16, 16, ("long",))
 
 
 def test_unfinished_entries_are_never_pruned() -> None:
@@ -919,6 +1037,56 @@ def test_jumping_straight_past_100_percent_gives_both_events() -> None:
     _, events = budget_conditions(_summary(70_000), {}, generation=None, now=T0)
     assert [e[1] for e in events] == ["BudgetNearlyExhausted", "BudgetExhausted"]
     assert events[0][2] == "70,000 of 50,000 GPU-hours used (140%)"
+
+
+def _overcommitted(used: float, committed: float, limit: float = 100) -> BudgetSummary:
+    return BudgetSummary(limit, used, committed, 8, ("a",))
+
+
+def test_used_and_committed_over_the_allowance_is_exhausted_overcommitted() -> None:
+    conditions, events = budget_conditions(_overcommitted(50, 60), {}, generation=1, now=T0)
+    assert _types(conditions) == {
+        "Valid": ("True", "Accounted"),
+        "NearlyExhausted": ("False", "Within"),
+        "Exhausted": ("True", "Overcommitted"),
+    }
+    message = "50 of 100 GPU-hours used (50%) and 60 committed: 10 over the allowance"
+    assert events == [("Warning", "BudgetOvercommitted", message)]
+
+    # Still overcommitted: no second Event; then used up: Exhausted says so, once.
+    later, events = budget_conditions(
+        _overcommitted(70, 40), {"conditions": conditions}, generation=1, now=T0 + _hours(1)
+    )
+    assert events == []
+    used_up, events = budget_conditions(
+        _overcommitted(100, 8), {"conditions": later}, generation=1, now=T0 + _hours(2)
+    )
+    assert _types(used_up)["Exhausted"] == ("True", "Exhausted")
+    assert [e[1] for e in events] == ["BudgetNearlyExhausted", "BudgetExhausted"]
+
+
+def test_exactly_the_allowance_committed_is_not_overcommitted() -> None:
+    conditions, events = budget_conditions(_overcommitted(40, 60), {}, generation=1, now=T0)
+    assert _types(conditions)["Exhausted"] == ("False", "Within")
+    assert events == []
+    assert {c["message"] for c in conditions} == {"40 of 100 GPU-hours used (40%)"}
+
+
+def test_a_job_outliving_its_admission_is_judged_again_at_every_revision() -> None:
+    """Admitted for the whole remainder (92 of 100), the Job runs past it: the budget's
+    status turns Exhausted (Overcommitted) while it runs, then Exhausted."""
+    spec = GPUBudgetSpec(gpu_hours=100, period="7d")
+    running = _usage("a", 8, 92, (T0, None))
+    status, events, _ = budget_status(spec, [running], {}, generation=1, now=T0 + _hours(1))
+    assert _types(status["conditions"])["Exhausted"] == ("False", "Within")
+    status, events, _ = budget_status(spec, [running], status, generation=1, now=T0 + _hours(12))
+    assert status["usedGPUHours"] == 96
+    assert status["committedGPUHours"] == 8
+    assert _types(status["conditions"])["Exhausted"] == ("True", "Overcommitted")
+    assert [e[1] for e in events] == ["BudgetNearlyExhausted", "BudgetOvercommitted"]
+    status, events, _ = budget_status(spec, [running], status, generation=1, now=T0 + _hours(13))
+    assert _types(status["conditions"])["Exhausted"] == ("True", "Exhausted")
+    assert [e[1] for e in events] == ["BudgetExhausted"]
 
 
 def test_other_conditions_are_kept() -> None:

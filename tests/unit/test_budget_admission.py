@@ -280,6 +280,7 @@ def _entry(
         uid=f"uid-{name}",
         gpus=gpus,
         projected_gpu_hours=projected,
+        admitted_gpu_hours=projected,
         admitted_time=admitted,
         intervals=tuple(UsageInterval(start=s, end=e) for s, e in intervals),
         finished=finished,
@@ -517,6 +518,7 @@ async def test_reserve_admits_and_records_once(
             "uid": "uid-train",
             "gpus": 8,
             "projectedGPUHours": pytest.approx(needs),
+            "admittedGPUHours": pytest.approx(needs),
             "admittedTime": "2026-11-23T08:00:00Z",
             "intervals": [],
             "finished": False,
@@ -915,6 +917,83 @@ async def test_refresh_follows_the_eta_projection(fake: FakeApi, api: Kubernetes
     assert written.status["committedGPUHours"] == pytest.approx(56)
 
 
+def _rejected_then_fixed(generation: int, observed: int, rejected_at: datetime) -> dict[str, Any]:
+    """A plan whose status still says Rejected (of `observed`, written at `rejected_at`)."""
+    body = _plan_body(
+        "fixed",
+        status={
+            "phase": "Rejected",
+            "observedGeneration": observed,
+            "lastUpdatedTime": _iso(rejected_at),
+        },
+    )
+    body["metadata"]["generation"] = generation
+    return body
+
+
+@pytest.mark.parametrize(
+    ("generation", "observed"),
+    [(2, 1), (1, 1)],
+    ids=["spec-fixed", "same-spec-admitted-again"],
+)
+async def test_refresh_between_admission_and_launch_keeps_the_entry(
+    fake: FakeApi, api: KubernetesApi, catalog: Catalog, generation: int, observed: int
+) -> None:
+    """Security review, finding 6: a Rejected plan admitted on a new judgement has its
+    entry written before its status says so; a revision in that gap leaves it alone."""
+    fake.put(_rejected_then_fixed(generation, observed, T0 - timedelta(minutes=1)))
+    fake.put(_budget({"gpuHours": 100, "period": "7d"}))
+    reservation = await _reserve(api, catalog, "fixed")
+    assert reservation is not None
+    assert reservation.written is not None
+
+    gap = await refresh_budget(api, fake.budget(), T0 + timedelta(milliseconds=50))
+    (entry,) = _ledger(fake)
+    assert not entry.finished
+    assert gap.status["activePlans"] == ["fixed"]
+    assert gap.status["committedGPUHours"] > 0
+
+    # Its status then says Launching: the entry goes on as any admitted plan's.
+    launching = _plan_body(
+        "fixed",
+        status={
+            "phase": "Launching",
+            "observedGeneration": generation,
+            "lastUpdatedTime": _iso(T0),
+        },
+    )
+    launching["metadata"]["generation"] = generation
+    fake.put(launching)
+    await refresh_budget(api, fake.budget(), T0 + timedelta(seconds=1))
+    (entry,) = _ledger(fake)
+    assert not entry.finished
+
+
+async def test_refresh_after_a_rejection_of_the_admitted_spec_finishes_the_entry(
+    fake: FakeApi, api: KubernetesApi, catalog: Catalog
+) -> None:
+    """Rejected after its admission (its Job's name taken): the entry ends and goes."""
+    fake.put(_budget({"gpuHours": 100, "period": "7d"}))
+    assert await _reserve(api, catalog, "fixed") is not None
+    fake.put(_rejected_then_fixed(2, 2, T0 + timedelta(seconds=1)))
+    written = await refresh_budget(api, fake.budget(), T0 + timedelta(seconds=2))
+    assert written.status["ledger"] == []
+    assert written.status["committedGPUHours"] == 0
+
+
+async def test_refresh_reads_a_malformed_status_time_as_none(
+    fake: FakeApi, api: KubernetesApi, catalog: Catalog
+) -> None:
+    for malformed in ("yesterday", "2026-11-23T07:00:00"):  # unreadable; no zone
+        fake.put(_budget({"gpuHours": 100, "period": "7d"}))
+        assert await _reserve(api, catalog, "fixed") is not None
+        body = _rejected_then_fixed(1, 1, T0)
+        body["status"]["lastUpdatedTime"] = malformed
+        fake.put(body)
+        await refresh_budget(api, fake.budget(), T0 + timedelta(seconds=1))
+        assert _ledger(fake) == []  # a Rejected status without a usable time is current
+
+
 async def test_refresh_leaves_plans_that_are_not_its_own(fake: FakeApi, api: KubernetesApi) -> None:
     fake.put(_plan_body("pending", status={"phase": "Pending"}))  # admission will take it
     fake.put(_plan_body("planned", status={"phase": "Planned", "plan": {"gpus": 8, "gpuHours": 1}}))
@@ -987,13 +1066,16 @@ async def test_refresh_slides_the_window_and_prunes(fake: FakeApi, api: Kubernet
 async def test_refresh_reports_the_crossing_once(fake: FakeApi, api: KubernetesApi) -> None:
     fake.put(_launched("big", "Running", start=T0, gpus=10, gpu_hours=200.0))
     budget = fake.put(_budget({"gpuHours": 100}))
+    # Adopted over budget: 80 used and 120 committed, overcommitted from the start.
     first = await refresh_budget(api, budget, T0 + timedelta(hours=8))
-    assert [e[1] for e in first.events] == ["BudgetNearlyExhausted"]
+    assert [e[1] for e in first.events] == ["BudgetNearlyExhausted", "BudgetOvercommitted"]
     second = await refresh_budget(api, fake.budget(), T0 + timedelta(hours=9))
     assert second.events == ()
     third = await refresh_budget(api, fake.budget(), T0 + timedelta(hours=10))
     assert [e[1] for e in third.events] == ["BudgetExhausted"]
-    assert third.events[0][2] == "100 of 100 GPU-hours used (100%)"
+    assert third.events[0][2] == (
+        "100 of 100 GPU-hours used (100%) and 100 committed: 100 over the allowance"
+    )
     conditions = {c["type"]: c["status"] for c in fake.budget()["status"]["conditions"]}
     assert conditions == {"Valid": "True", "NearlyExhausted": "True", "Exhausted": "True"}
 

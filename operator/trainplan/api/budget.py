@@ -39,7 +39,8 @@ class BudgetConditionType(StrEnum):
     NEARLY_EXHAUSTED = "NearlyExhausted"
     """At least 80% of the allowance used in the window."""
     EXHAUSTED = "Exhausted"
-    """The whole allowance used in the window."""
+    """The whole allowance used in the window (reason Exhausted), or used and committed
+    over it (reason Overcommitted)."""
 
 
 class UsageInterval(ApiModel):
@@ -59,6 +60,16 @@ class PlanUsage(ApiModel):
     projected_gpu_hours: float = Field(
         ge=0, alias="projectedGPUHours", description="GPU-hours the whole run is projected to use."
     )
+    admitted_gpu_hours: float | None = Field(
+        None,
+        ge=0,
+        alias="admittedGPUHours",
+        description=(
+            "GPU-hours the plan was admitted with: it commits at least these until it"
+            " used them, whatever its projection says (absent in entries written before"
+            " this field: the projection then, recorded at the next revision)."
+        ),
+    )
     admitted_time: AwareDatetime = Field(description="When the plan was admitted.")
     intervals: tuple[UsageInterval, ...] = Field((), description="When it held its GPUs.")
     finished: bool = Field(False, description="The plan ended (or was deleted).")
@@ -74,7 +85,11 @@ class GPUBudgetStatus(ApiModel):
         None,
         ge=0,
         alias="committedGPUHours",
-        description="Projected remainder of the admitted plans.",
+        description=(
+            "What the admitted plans still commit: each the larger of its projected and"
+            " admitted GPU-hours less what it used (while its pods run past that, at least"
+            " its GPUs for an hour)."
+        ),
     )
     remaining_gpu_hours: float | None = Field(
         None,

@@ -36,6 +36,7 @@ from trainplan.controller.budgets import (
     follow_phase,
     judge,
     ledger_from_status,
+    phase_for_entry,
     release,
     replace_usage,
     summarize,
@@ -240,7 +241,6 @@ async def follow_plan(
     open and close as its pods hold and release GPUs."""
     meta = plan_body.get("metadata", {})
     namespace, name, uid = str(meta.get("namespace", "default")), _name(plan_body), meta.get("uid")
-    status = plan_body.get("status", {}) or {}
     budget_ref = (plan_body.get("spec", {}) or {}).get("budgetRef")
     for _ in range(CONFLICT_ATTEMPTS):
         try:
@@ -253,18 +253,7 @@ async def follow_plan(
         usage = find_usage(ledger, name, uid)
         if usage is None:
             return None
-        updated = (
-            release(usage, now)
-            if phase is None
-            else follow_phase(
-                usage,
-                phase=phase,
-                start_time=_time(status.get("startTime")),
-                end_time=_time(status.get("completionTime")),
-                projected_gpu_hours=(status.get("gpuHours") or {}).get("projected"),
-                now=now,
-            )
-        )
+        updated = release(usage, now) if phase is None else _followed(usage, plan_body, phase, now)
         if updated == usage:
             return None
         try:
@@ -276,6 +265,38 @@ async def follow_plan(
 
 def _time(value: Any) -> datetime | None:
     return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+
+
+def _aware_time(value: Any) -> datetime | None:
+    """A timestamp of the status, None when absent, malformed or without a zone."""
+    try:
+        moment = _time(value)
+    except ValueError:
+        return None
+    return moment if moment is not None and moment.tzinfo is not None else None
+
+
+def _followed(
+    usage: PlanUsage, plan_body: Mapping[str, Any], phase: str | None, now: datetime
+) -> PlanUsage:
+    """The plan's entry after its status (a Rejected phase older than the entry left out)."""
+    status = plan_body.get("status", {}) or {}
+    observed = status.get("observedGeneration")
+    generation = (plan_body.get("metadata", {}) or {}).get("generation")
+    return follow_phase(
+        usage,
+        phase=phase_for_entry(
+            usage,
+            phase=phase,
+            generation=generation if isinstance(generation, int) else None,
+            observed_generation=observed if isinstance(observed, int) else None,
+            updated_time=_aware_time(status.get("lastUpdatedTime")),
+        ),
+        start_time=_time(status.get("startTime")),
+        end_time=_time(status.get("completionTime")),
+        projected_gpu_hours=(status.get("gpuHours") or {}).get("projected"),
+        now=now,
+    )
 
 
 def _plan_budget(plan_body: Mapping[str, Any]) -> str | None:
@@ -328,18 +349,11 @@ async def _refresh_once(
                 uid=uid,
                 gpus=int(planned["gpus"]),
                 projected_gpu_hours=float(planned["gpuHours"]),
+                admitted_gpu_hours=float(planned["gpuHours"]),
                 admitted_time=_time(status["startTime"]) or now,
             )
             ledger.append(usage)
-        updated = follow_phase(
-            usage,
-            phase=status.get("phase"),
-            start_time=_time(status.get("startTime")),
-            end_time=_time(status.get("completionTime")),
-            projected_gpu_hours=(status.get("gpuHours") or {}).get("projected"),
-            now=now,
-        )
-        ledger = replace_usage(ledger, updated)
+        ledger = replace_usage(ledger, _followed(usage, plan_body, status.get("phase"), now))
     live = {(_name(p), p.get("metadata", {}).get("uid")) for p in plans}
     for usage in list(ledger):
         if not usage.finished and (usage.name, usage.uid) not in live:

@@ -4,9 +4,17 @@ when the budget says Downsize). The handlers read and write the GPUBudget; nothi
 does I/O or reads a clock (`now` is passed in).
 
 Accounting: a plan uses `gpus x hours` for every interval its Job's pods hold GPUs
-(phases Running and Restarting), clipped to the window `[now - period, now]`. It commits
-the projected GPU-hours of its whole run that it has not used yet. What remains is the
-allowance less the used and the committed.
+(phases Running and Restarting), clipped to the window `[now - period, now]`. What remains
+is the allowance less the used and the committed.
+
+Commitment: a plan that is not finished commits `max(projected, admitted) - used` (at
+least 0), `used` over its whole life. `admitted` is the GPU-hours it was admitted with,
+recorded in its entry; `projected` is the ETA's revision, which follows what the pods
+report and may drop, so it can never shrink the commitment below the admission. While its
+pods hold GPUs (an open interval) and it has used at least its admitted GPU-hours, it
+commits at least `gpus x OVERRUN_HORIZON_SECONDS`: a Job that outlives its reported or
+planned end keeps counting, and the budget's figures (and its Exhausted condition) are
+judged again at every revision. A finished plan commits nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from trainplan.api import (
     NEARLY_EXHAUSTED_RATIO,
@@ -35,6 +43,11 @@ HOLDING_PHASES = frozenset({Phase.RUNNING.value, Phase.RESTARTING.value})
 """Phases in which a plan's pods hold their GPUs."""
 ENDED_PHASES = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.REJECTED.value})
 """Phases after which a plan holds no GPUs again."""
+OVERRUN_HORIZON_SECONDS: Final = 3600.0
+"""How far ahead a plan that used its admitted GPU-hours and still holds its GPUs is
+committed: its GPUs for one more hour. Long against the budget's revision interval (60 s
+by default), so the figures never lag a running Job; short against a run, so an overrun is
+not charged far ahead of its use."""
 
 
 def _hours(seconds: float) -> float:
@@ -56,11 +69,30 @@ def used_gpu_hours(usage: PlanUsage, since: datetime | None, now: datetime) -> f
     return usage.gpus * _hours(total_seconds)
 
 
+def admitted_gpu_hours(usage: PlanUsage) -> float:
+    """GPU-hours the plan was admitted with (its projection in an entry written before
+    they were recorded)."""
+    if usage.admitted_gpu_hours is None:
+        return usage.projected_gpu_hours
+    return usage.admitted_gpu_hours
+
+
+def _holding_now(usage: PlanUsage) -> bool:
+    return bool(usage.intervals) and usage.intervals[-1].end is None
+
+
 def committed_gpu_hours(usage: PlanUsage, now: datetime) -> float:
-    """The projected GPU-hours a running plan has not used yet (0 once it ended)."""
+    """What a plan not finished still commits (0 once it ended): the larger of its
+    projected and admitted GPU-hours less what it used, at least 0; and while its pods
+    hold GPUs past its admitted GPU-hours, at least its GPUs for OVERRUN_HORIZON_SECONDS."""
     if usage.finished:
         return 0.0
-    return max(0.0, usage.projected_gpu_hours - used_gpu_hours(usage, None, now))
+    used = used_gpu_hours(usage, None, now)
+    admitted = admitted_gpu_hours(usage)
+    committed = max(0.0, max(usage.projected_gpu_hours, admitted) - used)
+    if _holding_now(usage) and used >= admitted:
+        committed = max(committed, usage.gpus * _hours(OVERRUN_HORIZON_SECONDS))
+    return committed
 
 
 def holds_gpus(usage: PlanUsage) -> bool:
@@ -134,9 +166,41 @@ def admit(
     if find_usage(ledger, name, uid) is not None:
         return list(ledger)
     entry = PlanUsage(
-        name=name, uid=uid, gpus=plan.gpus, projected_gpu_hours=plan.gpu_hours, admitted_time=now
+        name=name,
+        uid=uid,
+        gpus=plan.gpus,
+        projected_gpu_hours=plan.gpu_hours,
+        admitted_gpu_hours=plan.gpu_hours,
+        admitted_time=now,
     )
     return [*ledger, entry]
+
+
+def phase_for_entry(
+    usage: PlanUsage,
+    *,
+    phase: str | None,
+    generation: int | None,
+    observed_generation: int | None,
+    updated_time: datetime | None,
+) -> str | None:
+    """The plan's phase as its ledger entry should follow it: None (leave the entry as it
+    is) for a Rejected phase older than the entry. A Rejected plan is judged again when its
+    spec changes (or when the operator resumes it), and when admitted its entry is written
+    before its status says so; a revision in that gap must not finish the entry. The
+    Rejected phase is stale when the spec changed after it (`observed_generation` below
+    `generation`: no clock involved), or when the entry was admitted after the status was
+    last written (`updated_time` before the admission: an unchanged spec admitted again,
+    e.g. once the budget has room). Succeeded and Failed are final and always count."""
+    if phase != Phase.REJECTED.value:
+        return phase
+    respecified = (
+        generation is not None
+        and observed_generation is not None
+        and observed_generation < generation
+    )
+    admitted_since = updated_time is not None and updated_time < usage.admitted_time
+    return None if respecified or admitted_since else phase
 
 
 def follow_phase(
@@ -175,6 +239,7 @@ def follow_phase(
             "intervals": tuple(intervals),
             "finished": usage.finished or phase in ENDED_PHASES,
             "projected_gpu_hours": projected,
+            "admitted_gpu_hours": admitted_gpu_hours(usage),  # an old entry's, from now on
         }
     )
 
@@ -330,17 +395,32 @@ def budget_conditions(
     generation: int | None,
     now: datetime,
 ) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
-    """The budget's conditions (Valid; NearlyExhausted and Exhausted: used over the
-    allowance at 80% and 100%), merged into the current ones, and the Events of the
-    crossings."""
+    """The budget's conditions (Valid; NearlyExhausted: used at 80% of the allowance;
+    Exhausted: used at 100%, or, reason Overcommitted, used and committed over it), merged
+    into the current ones, and the Events of the crossings."""
     percent = summary.used_ratio * 100
     figures = (
         f"{_hours_text(summary.used_gpu_hours)} of {_hours_text(summary.limit_gpu_hours)}"
         f" GPU-hours used ({percent:.0f}%)"
     )
+    overcommitted = round(summary.remaining_gpu_hours, 3) < 0  # as the status document says
+    if overcommitted and summary.committed_gpu_hours > 0:
+        figures += (
+            f" and {_hours_text(summary.committed_gpu_hours)} committed:"
+            f" {_hours_text(-summary.remaining_gpu_hours)} over the allowance"
+        )
+    exhausted = summary.used_ratio >= 1.0
     levels = (
-        (BudgetConditionType.NEARLY_EXHAUSTED, NEARLY_EXHAUSTED_RATIO, "NearlyExhausted"),
-        (BudgetConditionType.EXHAUSTED, 1.0, "Exhausted"),
+        (
+            BudgetConditionType.NEARLY_EXHAUSTED,
+            summary.used_ratio >= NEARLY_EXHAUSTED_RATIO,
+            "NearlyExhausted",
+        ),
+        (
+            BudgetConditionType.EXHAUSTED,
+            exhausted or overcommitted,
+            "Exhausted" if exhausted else "Overcommitted",
+        ),
     )
     updates = [
         make_condition(
@@ -348,9 +428,11 @@ def budget_conditions(
         )
     ]
     events = []
-    previous = {c.get("type"): c.get("status") for c in current.get("conditions", []) or []}
-    for condition_type, ratio, reason in levels:
-        crossed = summary.used_ratio >= ratio
+    previous = {
+        c.get("type"): (c.get("status"), c.get("reason"))
+        for c in current.get("conditions", []) or []
+    }
+    for condition_type, crossed, reason in levels:
         updates.append(
             make_condition(
                 condition_type,
@@ -361,7 +443,9 @@ def budget_conditions(
                 generation=generation,
             )
         )
-        if crossed and previous.get(condition_type) != "True":
+        was_true, was_reason = previous.get(condition_type, (None, None))
+        # News: turning True, or an overcommitted budget now used up.
+        if crossed and (was_true != "True" or (exhausted and was_reason != reason)):
             events.append(("Warning", f"Budget{reason}", figures))
     return merge_conditions(current.get("conditions"), updates), events
 
