@@ -38,9 +38,34 @@ async def test_apply_creates_then_adopts_and_refuses_foreign_objects(cluster: Cl
 
         assert await api.ownership_conflicts([_job("j", "u-1")]) == []
         conflicts = await api.ownership_conflicts([_job("j", "u-2"), _job("other", "u-2")])
-        assert len(conflicts) == 1
-        assert "default/j" in conflicts[0]
-        assert "u-1" in conflicts[0]
+        assert [(c.kind, c.name, c.deleting) for c in conflicts] == [("Job", "j", False)]
+        assert "default/j" in conflicts[0].message
+        assert "u-1" in conflicts[0].message
+        # Its owner (plan "p", uid u-1) does not exist: it was looked up and found gone.
+        assert conflicts[0].found_state == "gone"
+
+
+async def test_conflicts_say_what_became_of_an_earlier_owner_of_the_name(
+    cluster: Cluster,
+) -> None:
+    async with KubernetesApi(Connection(server=cluster.url)) as api:
+        await api.create(_job("j", "u-1"))
+        assert [c.found_state for c in await api.ownership_conflicts([_job("j", "u-2")])] == [
+            "gone"
+        ]
+        plan = {
+            "apiVersion": "trainplan.dev/v1alpha1",
+            "kind": "TrainingPlan",
+            "metadata": {"name": "p", "namespace": "default", "uid": "u-1"},
+        }
+        await api.create(plan)
+        assert [c.found_state for c in await api.ownership_conflicts([_job("j", "u-2")])] == [
+            "present"
+        ]
+        # A Job of nobody is never looked up: a conflict with no owner state.
+        await api.create(_job("free", None))
+        (free,) = await api.ownership_conflicts([_job("free", "u-2")])
+        assert (free.found, free.found_state) == (None, None)
 
 
 async def test_get_list_and_patch(cluster: Cluster) -> None:

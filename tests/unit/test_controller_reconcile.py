@@ -13,9 +13,16 @@ from trainplan.api import Phase
 from trainplan.cluster import resource_path
 from trainplan.controller.conditions import make_condition, merge_conditions
 from trainplan.controller.reconcile import (
+    JOB_DELETED,
+    WAITING_FOR_DELETION,
     child_state,
     child_status_patch,
     decide_launch,
+    deletion_retry_seconds,
+    finished,
+    plan_child_state,
+    waiting_for_deletion,
+    waits_already_reported,
 )
 from trainplan.planner import Catalog
 
@@ -179,6 +186,120 @@ def test_child_patch_carries_phase_times_failures_and_progressing() -> None:
         "True",
         4,
     )
+
+
+def _owned_job(uid: str | None = "u-1", **status: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "j"}
+    if uid is not None:
+        owner = {"kind": "TrainingPlan", "name": "p", "uid": uid, "controller": True}
+        meta["ownerReferences"] = [owner]
+    return {"kind": "Job", "metadata": meta, "spec": {}, "status": status}
+
+
+def _plan(phase: str = "Running", deleting: bool = False, **status: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "uid": "u-1", "generation": 2}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-22T11:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase, "jobName": "j", **status}}
+
+
+RUNNING_JOB = {"active": 2, "startTime": "2026-11-22T00:00:00Z"}
+
+
+@pytest.mark.parametrize("phase", ["Launching", "Running", "Restarting", "Suspended"])
+def test_a_job_deleted_while_its_run_is_on_ends_it_failed(phase: str) -> None:
+    plan = _plan(phase, startTime="2026-11-22T00:00:00Z")
+    state = plan_child_state(_owned_job(**RUNNING_JOB), plan, deleted=True, now=NOW)
+    assert state is not None
+    assert (state.phase, state.reason) == (Phase.FAILED, JOB_DELETED)
+    assert "Job j was deleted outside the operator" in state.message
+    assert "apply it again" in state.message
+    patch = child_status_patch(state, plan["status"], generation=2, now=NOW)
+    assert patch is not None
+    assert patch["phase"] == "Failed"
+    assert patch["completionTime"] == NOW.isoformat()
+    assert finished(patch)  # terminal: the resume handler never launches it again
+    progressing = patch["conditions"][0]
+    assert (progressing["type"], progressing["status"], progressing["reason"]) == (
+        "Progressing",
+        "False",
+        JOB_DELETED,
+    )
+
+
+def test_a_deleted_job_that_had_ended_carries_its_end() -> None:
+    done = _owned_job(
+        completionTime="2026-11-23T00:00:00Z",
+        conditions=[{"type": "Complete", "status": "True"}],
+    )
+    state = plan_child_state(done, _plan("Running"), deleted=True, now=NOW)
+    assert state is not None
+    assert (state.phase, state.completion_time) == (Phase.SUCCEEDED, "2026-11-23T00:00:00Z")
+
+
+@pytest.mark.parametrize(
+    ("job", "plan"),
+    [
+        (_owned_job(**RUNNING_JOB), _plan("Running", deleting=True)),  # the plan goes: GC
+        (_owned_job(**RUNNING_JOB), _plan("Succeeded")),  # cleaned up after the end
+        (_owned_job(**RUNNING_JOB), _plan("Failed")),
+        (_owned_job(**RUNNING_JOB), _plan("Pending")),
+        (_owned_job("u-0", **RUNNING_JOB), _plan("Running")),  # the previous plan's Job
+        (_owned_job(None, **RUNNING_JOB), _plan("Running")),  # nobody's Job of that name
+        (_owned_job(**RUNNING_JOB), _plan("Running", jobName="other")),
+    ],
+)
+def test_a_deleted_job_that_is_not_the_live_runs_says_nothing(
+    job: dict[str, Any], plan: dict[str, Any]
+) -> None:
+    assert plan_child_state(job, plan, deleted=True, now=NOW) is None
+
+
+def test_only_the_plans_own_job_carries_its_state() -> None:
+    running = plan_child_state(
+        _owned_job(**RUNNING_JOB), _plan("Launching"), deleted=False, now=NOW
+    )
+    assert running is not None
+    assert running.phase is Phase.RUNNING
+    previous = _owned_job("u-0", **RUNNING_JOB)  # the Job of a plan deleted before this one
+    assert plan_child_state(previous, _plan("Launching"), deleted=False, now=NOW) is None
+
+
+def test_waiting_for_deletion_says_what_it_waits_for() -> None:
+    waits = ["waiting for Job ns/j to be deleted: it is being deleted"]
+    status = waiting_for_deletion(waits, generation=1, previous_status={}, now=NOW)
+    assert status["phase"] == Phase.PENDING.value
+    assert status["observedGeneration"] == 1
+    (launched,) = status["conditions"]
+    assert (launched["type"], launched["status"], launched["reason"]) == (
+        "Launched",
+        "False",
+        WAITING_FOR_DELETION,
+    )
+    assert launched["message"] == waits[0]
+    assert "plan" not in status
+    assert "jobName" not in status
+    assert waits_already_reported(waits, status)
+    assert not waits_already_reported(["another"], status)
+    assert not waits_already_reported(waits, {})
+
+
+def test_the_wait_for_deletions_backs_off(catalog: Catalog) -> None:
+    waits = ["waiting for Job ns/j to be deleted: it is being deleted"]
+    status = waiting_for_deletion(waits, generation=1, previous_status={}, now=NOW)
+    assert deletion_retry_seconds({}, NOW) == 3.0
+    assert deletion_retry_seconds(status, NOW) == 3.0
+    assert deletion_retry_seconds(status, NOW + timedelta(seconds=10)) == 10.0
+    assert deletion_retry_seconds(status, NOW + timedelta(hours=1)) == 60.0
+    # Still waiting (for fewer objects): the wait began when it first waited.
+    later = waiting_for_deletion(
+        ["x"], generation=1, previous_status=status, now=NOW + timedelta(seconds=20)
+    )
+    assert deletion_retry_seconds(later, NOW + timedelta(seconds=20)) == 20.0
+    launched = _decide(_spec("llama2-7b-deadline"), catalog).status
+    assert deletion_retry_seconds(launched, NOW + timedelta(hours=1)) == 3.0
+    naive = {"conditions": [{**status["conditions"][0], "lastTransitionTime": "2026-11-22"}]}
+    assert deletion_retry_seconds(naive, NOW) == 3.0
 
 
 def test_resource_paths() -> None:

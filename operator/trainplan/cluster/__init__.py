@@ -1,5 +1,6 @@
 """The only code that talks to the Kubernetes API: a small async client (aiohttp) with
-create-or-adopt apply, get, list, merge-patch (status too) and events. Does network I/O."""
+create-or-adopt apply, get, list, merge-patch (status too) and events. Does network I/O;
+`ownership` and `resources` are pure."""
 
 from trainplan.cluster.client import (
     ApplyResult,
@@ -10,6 +11,13 @@ from trainplan.cluster.client import (
     ResourceVersionConflictError,
     event_for,
 )
+from trainplan.cluster.ownership import (
+    OwnerRef,
+    OwnershipConflict,
+    OwnershipVerdict,
+    controller_of,
+    judge_ownership,
+)
 from trainplan.cluster.resources import ResourcePath, resource_path
 
 __all__ = [
@@ -17,9 +25,14 @@ __all__ = [
     "Connection",
     "KubernetesApi",
     "KubernetesApiError",
+    "OwnerRef",
+    "OwnershipConflict",
     "OwnershipConflictError",
+    "OwnershipVerdict",
     "ResourcePath",
     "ResourceVersionConflictError",
+    "controller_of",
     "event_for",
+    "judge_ownership",
     "resource_path",
 ]

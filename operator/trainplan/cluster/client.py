@@ -17,6 +17,11 @@ from urllib.parse import urlencode
 
 import aiohttp
 
+from trainplan.cluster.ownership import (
+    OwnershipConflict,
+    controller_of,
+    owner_state,
+)
 from trainplan.cluster.resources import resource_path
 
 JSON = dict[str, Any]
@@ -79,11 +84,8 @@ def _ssl_context(connection: Connection) -> ssl.SSLContext | bool:
 
 
 def _controller_uid(obj: Mapping[str, Any]) -> str | None:
-    for owner in obj.get("metadata", {}).get("ownerReferences", []) or []:
-        if owner.get("controller"):
-            uid = owner.get("uid")
-            return str(uid) if uid is not None else None
-    return None
+    owner = controller_of(obj)
+    return None if owner is None else owner.uid
 
 
 class KubernetesApi:
@@ -179,22 +181,39 @@ class KubernetesApi:
             patch = {**patch, "metadata": metadata}
         return await self._request("PATCH", url, body=patch, content_type=_MERGE_PATCH)
 
-    async def ownership_conflicts(self, objects: Iterable[Mapping[str, Any]]) -> list[str]:
-        """For each object that exists under another controller owner, why it conflicts."""
+    async def ownership_conflicts(
+        self, objects: Iterable[Mapping[str, Any]]
+    ) -> list[OwnershipConflict]:
+        """Each object that exists under another controller owner (or none), with what is
+        known of it: whether it is being deleted and, when its controller is an owner of
+        the same kind and name as the wanted one (another uid), what became of that owner
+        (`ownership.judge_ownership` tells a conflict from a wait)."""
         conflicts = []
         for obj in objects:
             meta = obj["metadata"]
-            existing = await self.get(
-                obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]
-            )
+            namespace = meta["namespace"]
+            existing = await self.get(obj["apiVersion"], obj["kind"], namespace, meta["name"])
             if existing is None:
                 continue
-            wanted, found = _controller_uid(obj), _controller_uid(existing)
-            if wanted != found:
-                conflicts.append(
-                    f"{obj['kind']} {meta['namespace']}/{meta['name']} exists and is controlled"
-                    f" by {found or 'nothing'}, not by this plan ({wanted or 'no owner'})"
+            if _controller_uid(obj) == _controller_uid(existing):
+                continue
+            wanted, found = controller_of(obj), controller_of(existing)
+            deleting = bool(existing.get("metadata", {}).get("deletionTimestamp"))
+            state = None
+            if not deleting and wanted and found and found.same_owner_name(wanted):
+                owner = await self.get(wanted.api_version, wanted.kind, namespace, found.name)
+                state = owner_state(found, owner)
+            conflicts.append(
+                OwnershipConflict(
+                    kind=obj["kind"],
+                    namespace=namespace,
+                    name=meta["name"],
+                    wanted=wanted,
+                    found=found,
+                    deleting=deleting,
+                    found_state=state,
                 )
+            )
         return conflicts
 
     async def apply(self, obj: Mapping[str, Any]) -> ApplyResult:

@@ -24,22 +24,28 @@ from trainplan.cluster import (
     OwnershipConflictError,
     ResourceVersionConflictError,
     event_for,
+    judge_ownership,
 )
 from trainplan.controller.budget_handlers import budgeted, follow_budget, register_budgets
 from trainplan.controller.config import OperatorConfig, configure_kopf
 from trainplan.controller.context import ControllerContext, connection_from
 from trainplan.controller.metrics import snapshot_from_status
 from trainplan.controller.reconcile import (
+    JOB_DELETED,
+    WAITING_FOR_DELETION,
     ChildState,
     LaunchDecision,
     changes_after_launch,
-    child_state,
     child_status_patch,
     decide_launch,
+    deletion_retry_seconds,
     finished,
     launched_plan,
+    plan_child_state,
     reject,
     resume_launched,
+    waiting_for_deletion,
+    waits_already_reported,
 )
 from trainplan.controller.webhook import register_admission
 from trainplan.launcher import LauncherError, workload_kind
@@ -133,7 +139,7 @@ def build_registry(
             decision = await budgeted(await _decide(body, context), body, context)
         else:
             decision = resumed
-        decision = await _apply(decision, body, context, logger)
+        decision = await _apply(decision, body, context, logger, patch)
         patch.status.update(decision.status)
         _record(context, body, _merged(body.get("status", {}) or {}, decision.status))
 
@@ -153,7 +159,7 @@ def build_registry(
         context = _context(memo)
         if not status.get("jobName"):
             decision = await budgeted(await _decide(body, context), body, context)
-            decision = await _apply(decision, body, context, logger)
+            decision = await _apply(decision, body, context, logger, patch)
             patch.status.update(decision.status)
             return
         now = context.clock()
@@ -233,18 +239,19 @@ def build_registry(
         context.revisions.forget(namespace, name)
         context.metrics.forget(namespace, name)
 
-    async def child_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
-        """A training Job or JobSet changed: carry its state to the plan's status."""
+    async def child_changed(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+        """A training Job or JobSet changed, or was deleted: carry its state to the plan's
+        status (a run whose Job was deleted outside the operator ends Failed)."""
         context = _context(memo)
         plan_name = body.meta.labels.get(PLAN_LABEL)
         namespace = body.meta.namespace
-        if not plan_name or not namespace or body.get("type") == "DELETED":
+        if not plan_name or not namespace:
             return
-        state = child_state(body)
-        written = await _carry_child_state(context, namespace, plan_name, body.meta.name, state)
+        deleted = kwargs.get("type") == "DELETED"
+        written = await _carry_child_state(context, namespace, plan_name, body, deleted=deleted)
         if written is None:
             return
-        parent, status = written
+        parent, status, state = written
         context.metrics.record(
             namespace, plan_name, snapshot_from_status(status, parent.get("spec") or {})
         )
@@ -253,8 +260,9 @@ def build_registry(
             await follow_budget(context, {**parent, "status": status}, phase)
         if phase in (Phase.SUCCEEDED.value, Phase.FAILED.value):
             event_type = "Normal" if phase == Phase.SUCCEEDED.value else "Warning"
+            reason = JOB_DELETED if state.reason == JOB_DELETED else phase
             now = context.clock().isoformat()
-            await context.api().create(event_for(parent, event_type, phase, state.message, now))
+            await context.api().create(event_for(parent, event_type, reason, state.message, now))
 
     kopf.on.event("batch", "v1", "jobs", labels={PLAN_LABEL: kopf.PRESENT}, registry=registry)(
         child_changed
@@ -276,24 +284,25 @@ async def _carry_child_state(
     context: ControllerContext,
     namespace: str,
     plan_name: str,
-    job_name: str | None,
-    state: ChildState,
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """Write the child's state into its plan's status, onto the version read (the ETA
-    timer writes the same status); returns the plan and its new status, or None when
-    nothing changed or the child is not the plan's."""
+    child: kopf.Body,
+    *,
+    deleted: bool,
+) -> tuple[dict[str, Any], dict[str, Any], ChildState] | None:
+    """Write the child's state (`plan_child_state`) into its plan's status, onto the
+    version read (the ETA timer writes the same status); returns the plan, its new status
+    and the state carried, or None when nothing changed or the child is not the plan's."""
     api = context.api()
     for _ in range(STATUS_WRITE_ATTEMPTS):
         parent = await api.get(API_VERSION, TRAINING_PLAN_KIND, namespace, plan_name)
         if parent is None:
             return None
-        current = parent.get("status", {}) or {}
-        if current.get("jobName") != job_name:
+        now = context.clock()
+        state = plan_child_state(child, parent, deleted=deleted, now=now)
+        if state is None:
             return None
+        current = parent.get("status", {}) or {}
         meta = parent.get("metadata", {})
-        update = child_status_patch(
-            state, current, generation=meta.get("generation"), now=context.clock()
-        )
+        update = child_status_patch(state, current, generation=meta.get("generation"), now=now)
         if update is None:
             return None
         try:
@@ -308,7 +317,7 @@ async def _carry_child_state(
             )
         except ResourceVersionConflictError:
             continue
-        return parent, {**current, **update}
+        return parent, {**current, **update}, state
     raise kopf.TemporaryError(f"the status of {namespace}/{plan_name} kept changing", delay=1)
 
 
@@ -346,28 +355,53 @@ async def _decide(body: kopf.Body, context: ControllerContext) -> LaunchDecision
 
 
 async def _apply(
-    decision: LaunchDecision, body: kopf.Body, context: ControllerContext, logger: kopf.Logger
+    decision: LaunchDecision,
+    body: kopf.Body,
+    context: ControllerContext,
+    logger: kopf.Logger,
+    patch: kopf.Patch | None = None,
 ) -> LaunchDecision:
     """Apply the decision's objects and return the decision that stands: objects of the
-    same names owned by someone else turn it into a rejection before anything is made."""
+    same names owned by someone else (or no one) turn it into a rejection before anything
+    is made. Objects that are going away (the previous plan's of the same name, deleted
+    just before this one was applied) are waited for: the status (through `patch`, when
+    given) and an Event say so, and `kopf.TemporaryError` has Kopf try again shortly."""
     if not decision.accepted:
         kopf.warn(body, reason=decision.event_reason, message=decision.event_message)
         return decision
     api = context.api()
     try:
-        conflicts = await api.ownership_conflicts(decision.objects)
+        found = await api.ownership_conflicts(decision.objects)
     except KubernetesApiError as error:
         raise kopf.TemporaryError(f"reading existing objects: {error}", delay=10) from error
-    if conflicts:
+    verdict = judge_ownership(found)
+    previous_status = dict(body.get("status", {}) or {})
+    if verdict.conflicts:
         rejected = reject(
-            conflicts,
+            [conflict.message for conflict in verdict.conflicts],
             "NameConflict",
             generation=body.meta.get("generation"),
-            previous_status=dict(body.get("status", {}) or {}),
+            previous_status=previous_status,
             now=context.clock(),
         )
         kopf.warn(body, reason=rejected.event_reason, message=rejected.event_message)
         return rejected
+    if verdict.waits:
+        waits = [conflict.wait_message for conflict in verdict.waits]
+        if not waits_already_reported(waits, previous_status):
+            message = "; ".join(waits)
+            kopf.event(body, type="Normal", reason=WAITING_FOR_DELETION, message=message)
+        if patch is not None:
+            patch.status.update(
+                waiting_for_deletion(
+                    waits,
+                    generation=body.meta.get("generation"),
+                    previous_status=previous_status,
+                    now=context.clock(),
+                )
+            )
+        delay = deletion_retry_seconds(previous_status, context.clock())
+        raise kopf.TemporaryError("; ".join(waits), delay=delay)
     for obj in decision.objects:
         try:
             result = await api.apply(obj)

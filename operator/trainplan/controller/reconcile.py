@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -66,6 +66,71 @@ def reject(
         if stale in previous_status:
             status[stale] = None  # merge-patch null removes the previous plan
     return LaunchDecision((), status, False, reason, message, tuple(problems))
+
+
+WAITING_FOR_DELETION = "WaitingForDeletion"
+"""Reason of `Launched=False` while objects of the plan's names are still being deleted."""
+
+
+def waiting_for_deletion(
+    waits: list[str],
+    *,
+    generation: int | None,
+    previous_status: Mapping[str, Any],
+    now: datetime,
+) -> dict[str, Any]:
+    """The status of a plan that cannot launch yet because objects of its names are going
+    away (the previous plan's of the same name, deleted just before): phase Pending,
+    `Launched=False` reason WaitingForDeletion naming each object."""
+    condition = make_condition(
+        ConditionType.LAUNCHED,
+        "False",
+        WAITING_FOR_DELETION,
+        "; ".join(waits),
+        now=now,
+        generation=generation,
+    )
+    status: dict[str, Any] = {
+        "phase": Phase.PENDING.value,
+        "conditions": merge_conditions(previous_status.get("conditions"), [condition]),
+        "lastUpdatedTime": now.isoformat(),
+    }
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status
+
+
+def _waiting_since(status: Mapping[str, Any]) -> str | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == ConditionType.LAUNCHED:
+            if condition.get("reason") != WAITING_FOR_DELETION:
+                return None
+            return str(condition.get("lastTransitionTime") or "") or None
+    return None
+
+
+def waits_already_reported(waits: list[str], status: Mapping[str, Any]) -> bool:
+    """Whether the status says the plan waits for exactly these objects already."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == ConditionType.LAUNCHED:
+            return bool(
+                condition.get("reason") == WAITING_FOR_DELETION
+                and condition.get("message") == "; ".join(waits)
+            )
+    return False
+
+
+def deletion_retry_seconds(
+    status: Mapping[str, Any], now: datetime, *, first: float = 3.0, most: float = 60.0
+) -> float:
+    """How long a plan waiting for deletions waits before it looks again: `first` at
+    first, then as long as it has waited so far (the delay doubles), at most `most`."""
+    since = _waiting_since(status)
+    try:
+        waited = (now - datetime.fromisoformat(since)).total_seconds() if since else 0.0
+    except (TypeError, ValueError):  # a malformed or naive time: start again
+        waited = 0.0
+    return min(most, max(first, waited))
 
 
 def decide_launch(
@@ -328,6 +393,50 @@ def child_state(child: Mapping[str, Any]) -> ChildState:
             message += f", {restarts} restart(s)"
         return ChildState(Phase.RUNNING, "PodsActive", message, start, None, failed)
     return ChildState(Phase.LAUNCHING, "PodsPending", "waiting for pods", start, None, failed)
+
+
+JOB_DELETED = "JobDeleted"
+"""Reason of the end of a run whose Job (JobSet) was deleted outside the operator."""
+RUN_PHASES: Final = (Phase.LAUNCHING, Phase.RUNNING, Phase.RESTARTING, Phase.SUSPENDED)
+"""The phases of a launched run that has not ended: its Job (JobSet) should exist."""
+
+
+def _controller_uid(obj: Mapping[str, Any]) -> str | None:
+    for owner in obj.get("metadata", {}).get("ownerReferences", []) or []:
+        if isinstance(owner, Mapping) and owner.get("controller"):
+            return None if owner.get("uid") is None else str(owner["uid"])
+    return None
+
+
+def plan_child_state(
+    child: Mapping[str, Any], plan: Mapping[str, Any], *, deleted: bool, now: datetime
+) -> ChildState | None:
+    """The state a child (Job or JobSet) carries to its plan, or None when it carries
+    none: it is not the plan's current child (not `status.jobName`, or controlled by
+    another uid: the Job of an earlier plan of the same name). A deleted child that had
+    ended carries its end. One deleted while its run was launched and had not ended
+    (Launching, Running, Restarting, Suspended), and the plan is not being deleted itself
+    (the garbage collector deletes a deleted plan's Job), ends the run: Failed, reason
+    JobDeleted, completed now; otherwise a deleted child carries nothing."""
+    meta, plan_meta = child.get("metadata", {}) or {}, plan.get("metadata", {}) or {}
+    status = plan.get("status", {}) or {}
+    if status.get("jobName") != meta.get("name"):
+        return None
+    if _controller_uid(child) != plan_meta.get("uid"):
+        return None
+    state = child_state(child)
+    if not deleted or state.phase in FINISHED_PHASES:
+        return state
+    if plan_meta.get("deletionTimestamp") or status.get("phase") not in RUN_PHASES:
+        return None
+    kind = str(child.get("kind") or "Job")
+    message = (
+        f"the {kind} {meta.get('name')} was deleted outside the operator, so the run"
+        " ended; re-apply the TrainingPlan (delete it and apply it again) to run it again"
+    )
+    return ChildState(
+        Phase.FAILED, JOB_DELETED, message, state.start_time, now.isoformat(), state.failed_pods
+    )
 
 
 def child_status_patch(
