@@ -14,6 +14,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, WithJsonSchema
 import trainplan.crdgen
 from trainplan.api import ApiModel, Quantity
 from trainplan.api.durations import DURATION_PATTERN, Duration
+from trainplan.api.spec import QUANTITY_MAX_LENGTH, RESOURCE_QUANTITY_PATTERN
 from trainplan.crdgen import StructuralSchemaError, structural_schema, training_plan_crd
 
 
@@ -117,7 +118,9 @@ def test_lists_maps_and_list_defaults(shapes: dict[str, object]) -> None:
 
 def test_quantity_is_int_or_string_without_a_type(shapes: dict[str, object]) -> None:
     assert prop(shapes, "quantities")["additionalProperties"] == {
-        "x-kubernetes-int-or-string": True
+        "x-kubernetes-int-or-string": True,
+        "pattern": RESOURCE_QUANTITY_PATTERN,
+        "maxLength": QUANTITY_MAX_LENGTH,
     }
 
 
