@@ -12,7 +12,7 @@ import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Final, Literal, Self
 from urllib.parse import urlencode
 
 import aiohttp
@@ -243,6 +243,18 @@ def _short_hash(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
 
 
+EVENT_NAME_MAX_LENGTH: Final = 253
+"""Longest Event name (a DNS subdomain)."""
+
+
+def _event_name(object_name: str, reason: str, digest: str) -> str:
+    """`<object>.<reason>.<digest>`, the object's name cut so that the whole stays a
+    DNS subdomain of at most 253 characters (a plan's name may itself have 253)."""
+    suffix = f".{reason.lower()}.{digest}"[: EVENT_NAME_MAX_LENGTH // 2]
+    head = object_name[: EVENT_NAME_MAX_LENGTH - len(suffix)].rstrip(".-")
+    return f"{head}{suffix}"
+
+
 def event_for(
     obj: Mapping[str, Any], event_type: str, reason: str, message: str, now_iso: str
 ) -> JSON:
@@ -253,8 +265,7 @@ def event_for(
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {
-            "generateName": f"{name}.",
-            "name": f"{name}.{reason.lower()}.{_short_hash(now_iso, reason, message)}",
+            "name": _event_name(name, reason, _short_hash(now_iso, reason, message)),
             "namespace": meta.get("namespace", "default"),
         },
         "involvedObject": {
