@@ -308,6 +308,15 @@ async def drive(config: OperatorConfig, catalog: Catalog) -> Drive:
     invalid = {**budget, "spec": {"gpuHours": -1}}
     await call("gpubudgets", "spec_changed", invalid)
 
+    # The operator starts again after beta's JobSet was deleted meanwhile: the run ends.
+    beta = api.stored(GROUP, "trainingplans", "team-b", "beta")
+    del api.objects[("jobset.x-k8s.io", "jobsets", "team-b", beta["status"]["jobName"])]
+    beta = api.put(
+        GROUP, "trainingplans", {**beta, "status": {**beta["status"], "phase": "Running"}}
+    )
+    await call("trainingplans", "launch", beta)
+    assert api.stored(GROUP, "trainingplans", "team-b", "beta")["status"]["phase"] == "Failed"
+
     # Deleted.
     await call("trainingplans", "forget", api.stored(GROUP, "trainingplans", "team-a", "alpha"))
     await call("gpubudgets", "forget", budget)

@@ -231,3 +231,39 @@ async def test_a_plan_being_deleted_is_not_failed_by_its_jobs_deletion(
     )
     assert code == 200, answer
     await cluster.wait_for(lambda: cluster.plan("going") == {}, "the plan to go")
+
+
+async def test_a_job_deleted_while_the_operator_was_away_fails_the_run(
+    quick_operator: OperatorProcess, cluster: Cluster, catalog: Catalog
+) -> None:
+    """The deletion happens while no operator watches: at start-up the launched plan's
+    Job is gone, so the run ended (Failed, JobDeleted) and nothing is created again."""
+    await cluster.apply_budget("team-a", {"gpuHours": 1e6, "period": "30d"})
+    launched = await _launch(cluster, "away")
+    job = launched["status"]["jobName"]
+    await cluster.write_job_status(job, {"active": 1, "startTime": "2026-11-22T00:00:00Z"})
+    await cluster.wait_for_phase("away", "Running")
+    await cluster.wait_for(
+        lambda: bool(cluster.budget("team-a")["status"]["ledger"][0].get("intervals")),
+        "an open interval in the budget",
+    )
+    await quick_operator.stop()
+    await _delete(cluster, f"{JOBS_URL}/{job}")  # by hand, or a TTL, meanwhile
+
+    again = OperatorProcess(cluster, catalog, quick_operator.config)
+    await again.start()
+    try:
+        failed = await cluster.wait_for_phase("away", "Failed")
+        progressing = _condition(failed, "Progressing")
+        assert (progressing["status"], progressing["reason"]) == ("False", "JobDeleted")
+        assert "while the operator was not running" in progressing["message"]
+        assert failed["status"]["completionTime"]
+        await cluster.wait_for(
+            lambda: cluster.budget("team-a")["status"]["ledger"][0]["finished"],
+            "the budget's entry to finish",
+        )
+        await asyncio.sleep(1.0)  # the resume handler and a budget round are done
+        assert cluster.objects(JOBS) == {}
+        assert cluster.plan("away")["status"]["phase"] == "Failed"
+    finally:
+        await again.stop()

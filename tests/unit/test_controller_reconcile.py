@@ -15,6 +15,7 @@ from trainplan.controller.conditions import make_condition, merge_conditions
 from trainplan.controller.reconcile import (
     JOB_DELETED,
     WAITING_FOR_DELETION,
+    child_gone_on_resume,
     child_state,
     child_status_patch,
     decide_launch,
@@ -311,3 +312,49 @@ def test_resource_paths() -> None:
     assert plans.item("ns", "p") == "/apis/trainplan.dev/v1alpha1/namespaces/ns/trainingplans/p"
     with pytest.raises(KeyError, match="known"):
         resource_path("v1", "Secret")
+
+
+def _launched(phase: str, **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "uid": "u-1"},
+        "status": {"phase": phase, "jobName": "p", **status},
+    }
+
+
+@pytest.mark.parametrize("phase", ["Launching", "Running", "Restarting", "Suspended"])
+def test_a_launched_run_whose_job_is_gone_at_start_up_ended(phase: str) -> None:
+    state = child_gone_on_resume(
+        _launched(phase, startTime="2026-11-22T00:00:00Z", failures={"count": 3}), "Job", NOW
+    )
+    assert state is not None
+    assert (state.phase, state.reason) == (Phase.FAILED, JOB_DELETED)
+    assert "while the operator was not running" in state.message
+    assert (state.start_time, state.completion_time) == ("2026-11-22T00:00:00Z", NOW.isoformat())
+    assert state.failed_pods == 3
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        _launched("Succeeded"),
+        _launched("Failed"),
+        _launched("Rejected"),
+        {
+            "metadata": {"name": "p", "deletionTimestamp": "2026-11-22T00:00:00Z"},
+            **{"status": {"phase": "Running", "jobName": "p"}},
+        },
+        {"metadata": {"name": "p"}, "status": {"phase": "Running"}},
+    ],
+)
+def test_nothing_ends_for_a_plan_that_ended_is_going_or_never_launched(
+    plan: dict[str, Any],
+) -> None:
+    assert child_gone_on_resume(plan, "JobSet", NOW) is None
+
+
+def test_status_figures_from_the_plan_are_bounded_input() -> None:
+    state = child_gone_on_resume(
+        _launched("Running", startTime=7, failures={"count": "many"}), "Job", NOW
+    )
+    assert state is not None
+    assert (state.start_time, state.failed_pods) == (None, 0)

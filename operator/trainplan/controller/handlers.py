@@ -36,6 +36,7 @@ from trainplan.controller.reconcile import (
     ChildState,
     LaunchDecision,
     changes_after_launch,
+    child_gone_on_resume,
     child_status_patch,
     decide_launch,
     deletion_retry_seconds,
@@ -137,6 +138,8 @@ def build_registry(
         resumed = _resumed(body, context)
         if resumed is None:
             decision = await budgeted(await _decide(body, context), body, context)
+        elif await _ended_while_away(body, patch, context):
+            return  # its Job was deleted while the operator was away: never re-created
         else:
             decision = resumed
         decision = await _apply(decision, body, context, logger, patch)
@@ -319,6 +322,33 @@ async def _carry_child_state(
             continue
         return parent, {**current, **update}, state
     raise kopf.TemporaryError(f"the status of {namespace}/{plan_name} kept changing", delay=1)
+
+
+async def _ended_while_away(body: kopf.Body, patch: kopf.Patch, context: ControllerContext) -> bool:
+    """Whether a launched plan's Job or JobSet is gone at start-up; if so its run ends
+    (Failed, JobDeleted: `reconcile.child_gone_on_resume`) in `patch`, in its budget and
+    in an Event, as when a deletion is seen live."""
+    status = dict(body.get("status", {}) or {})
+    launcher = ((body.get("spec", {}) or {}).get("job", {}) or {}).get("launcher", "Job")
+    api_version, kind = workload_kind(launcher)
+    namespace, job = body.meta.namespace or "default", status.get("jobName")
+    if not isinstance(job, str) or not job:
+        return False
+    try:
+        existing = await context.api().get(api_version, kind, namespace, job)
+    except KubernetesApiError as error:
+        raise kopf.TemporaryError(f"reading the {kind}: {error}", delay=10) from error
+    now = context.clock()
+    state = None if existing is not None else child_gone_on_resume(dict(body), kind, now)
+    if state is None:
+        return False
+    update = child_status_patch(state, status, generation=body.meta.get("generation"), now=now)
+    merged = _merged(status, update or {})
+    patch.status.update(update or {})
+    await follow_budget(context, {**dict(body), "status": merged}, state.phase.value)
+    kopf.warn(body, reason=JOB_DELETED, message=state.message)
+    _record(context, body, merged)
+    return True
 
 
 def _resumed(body: kopf.Body, context: ControllerContext) -> LaunchDecision | None:

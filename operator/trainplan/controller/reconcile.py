@@ -430,12 +430,44 @@ def plan_child_state(
     if plan_meta.get("deletionTimestamp") or status.get("phase") not in RUN_PHASES:
         return None
     kind = str(child.get("kind") or "Job")
-    message = (
-        f"the {kind} {meta.get('name')} was deleted outside the operator, so the run"
-        " ended; re-apply the TrainingPlan (delete it and apply it again) to run it again"
-    )
     return ChildState(
-        Phase.FAILED, JOB_DELETED, message, state.start_time, now.isoformat(), state.failed_pods
+        Phase.FAILED,
+        JOB_DELETED,
+        _deleted_message(kind, str(meta.get("name"))),
+        state.start_time,
+        now.isoformat(),
+        state.failed_pods,
+    )
+
+
+def _deleted_message(kind: str, name: str, *, while_away: bool = False) -> str:
+    when = " while the operator was not running" if while_away else ""
+    return (
+        f"the {kind} {name} was deleted outside the operator{when}, so the run ended;"
+        " re-apply the TrainingPlan (delete it and apply it again) to run it again"
+    )
+
+
+def child_gone_on_resume(plan: Mapping[str, Any], kind: str, now: datetime) -> ChildState | None:
+    """The state of a launched plan whose Job or JobSet (`status.jobName`) is not there
+    when the operator starts again: it was created (the status names it only after its
+    objects were applied), so it was deleted while the operator was away (by hand, or by
+    a TTL) and the run ended, Failed with reason JobDeleted, as for a deletion seen live
+    (`plan_child_state`). None for a plan that is being deleted or not in a run phase."""
+    meta, status = plan.get("metadata", {}) or {}, plan.get("status", {}) or {}
+    if not status.get("jobName") or meta.get("deletionTimestamp"):
+        return None
+    if status.get("phase") not in RUN_PHASES:
+        return None
+    count = (status.get("failures") or {}).get("count")
+    start = status.get("startTime")
+    return ChildState(
+        Phase.FAILED,
+        JOB_DELETED,
+        _deleted_message(kind, str(status["jobName"]), while_away=True),
+        start if isinstance(start, str) else None,
+        now.isoformat(),
+        count if isinstance(count, int) and count >= 0 else 0,
     )
 
 
