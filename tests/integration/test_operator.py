@@ -428,3 +428,37 @@ async def test_deleted_plans_leave_no_series_on_metrics(
     await cluster.wait_for(
         lambda: not set(names) & plans_on_metrics(), "the deleted plans' series to go"
     )
+
+
+@pytest.mark.parametrize("job_cleaned_up", [True, False])
+async def test_a_spec_edit_after_the_run_ended_keeps_its_phase(
+    operator: OperatorProcess, cluster: Cluster, job_cleaned_up: bool
+) -> None:
+    """Setting job.suspend on a Succeeded plan (its Job cleaned up, or kept) neither
+    makes it Suspended nor fails on a missing Job: the edit is observed and reported."""
+    name = await cluster.apply_plan(_broken("ended-edit", {}))
+    launched = await cluster.wait_for_phase(name, "Launching")
+    job = launched["status"]["jobName"]
+    await cluster.write_job_status(
+        job,
+        {
+            "active": 0,
+            "succeeded": launched["status"]["plan"]["nodes"],
+            "completionTime": "2026-11-23T00:00:00Z",
+            "conditions": [{"type": "Complete", "status": "True"}],
+        },
+    )
+    await cluster.wait_for_phase(name, "Succeeded")
+    if job_cleaned_up:
+        code, _ = await cluster._call("DELETE", f"/apis/batch/v1/namespaces/default/jobs/{job}")
+        assert code in (200, 202)
+    await cluster.patch_plan_spec(name, {"job": {"suspend": True}})
+    await cluster.wait_for(
+        lambda: cluster.plan(name)["status"].get("observedGeneration") == 2,
+        "the edit to be observed",
+    )
+    assert cluster.plan(name)["status"]["phase"] == "Succeeded"
+    jobs = cluster.objects(JOBS)
+    assert list(jobs) == ([] if job_cleaned_up else [job])
+    if not job_cleaned_up:
+        assert not jobs[job]["spec"].get("suspend")  # an ended Job is left as it is

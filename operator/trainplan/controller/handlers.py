@@ -167,20 +167,8 @@ def build_registry(
             return
         now = context.clock()
         generation = body.meta.get("generation")
-        job = body.get("spec", {}).get("job", {})
-        suspend = bool(job.get("suspend", False))
-        api_version, kind = workload_kind(job.get("launcher", "Job"))
-        await context.api().patch(
-            api_version,
-            kind,
-            body.meta.namespace or "default",
-            status["jobName"],
-            {"spec": {"suspend": suspend}},
-        )
-        if suspend:
-            patch.status["phase"] = Phase.SUSPENDED.value
-        elif status.get("phase") == Phase.SUSPENDED.value:
-            patch.status["phase"] = Phase.LAUNCHING.value
+        if not finished(status):  # an ended run's phase stays, and its Job may be gone
+            await _follow_suspend(body, status, patch, context)
         conditions = changes_after_launch(
             [tuple(str(p) for p in change[1]) for change in diff],
             dict(status),
@@ -322,6 +310,32 @@ async def _carry_child_state(
             continue
         return parent, {**current, **update}, state
     raise kopf.TemporaryError(f"the status of {namespace}/{plan_name} kept changing", delay=1)
+
+
+async def _follow_suspend(
+    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, context: ControllerContext
+) -> None:
+    """`job.suspend` onto the running Job or JobSet, and the phase that follows. A Job
+    that is gone (404) is left to the child handler, which ends the run."""
+    job = body.get("spec", {}).get("job", {})
+    suspend = bool(job.get("suspend", False))
+    api_version, kind = workload_kind(job.get("launcher", "Job"))
+    try:
+        await context.api().patch(
+            api_version,
+            kind,
+            body.meta.namespace or "default",
+            status["jobName"],
+            {"spec": {"suspend": suspend}},
+        )
+    except KubernetesApiError as error:
+        if error.status == 404:
+            return
+        raise kopf.TemporaryError(f"suspending the {kind}: {error}", delay=10) from error
+    if suspend:
+        patch.status["phase"] = Phase.SUSPENDED.value
+    elif status.get("phase") == Phase.SUSPENDED.value:
+        patch.status["phase"] = Phase.LAUNCHING.value
 
 
 async def _ended_while_away(body: kopf.Body, patch: kopf.Patch, context: ControllerContext) -> bool:
