@@ -388,21 +388,20 @@ async def test_reviews_leave_no_state_behind(webhook: Webhook) -> None:
     for distinct objects or the same one, whatever the operation."""
     before = _kopf_memories()
     same = str(uuid.uuid4())
-    limit = asyncio.Semaphore(16)
     timeout = aiohttp.ClientTimeout(total=WAIT_SECONDS * 8)
-
-    async def one(session: aiohttp.ClientSession, operation: str, uid: str | None) -> None:
-        async with limit:
-            answer = await webhook.review(
-                _with_budget("roomy"), operation=operation, object_uid=uid, session=session
-            )
-            assert answer["allowed"] is True
-
+    rounds = [
+        ("UPDATE", None, REVIEWS),
+        ("UPDATE", same, REVIEWS),
+        ("DELETE", None, REVIEWS // 10),
+        ("CREATE", same, REVIEWS // 10),
+    ]
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        await asyncio.gather(*(one(session, "UPDATE", None) for _ in range(REVIEWS)))
-        await asyncio.gather(*(one(session, "UPDATE", same) for _ in range(REVIEWS)))
-        await asyncio.gather(*(one(session, "DELETE", None) for _ in range(REVIEWS // 10)))
-        await asyncio.gather(*(one(session, "CREATE", same) for _ in range(REVIEWS // 10)))
+        for operation, uid, count in rounds:
+            for _ in range(count):  # one at a time: the count matters, not the load
+                answer = await webhook.review(
+                    _with_budget("roomy"), operation=operation, object_uid=uid, session=session
+                )
+                assert answer["allowed"] is True
     assert _kopf_memories() == before
 
 
