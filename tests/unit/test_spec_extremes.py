@@ -4,6 +4,7 @@ bounds ends in a plan or one of the planner's documented errors, never anything 
 from __future__ import annotations
 
 import copy
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +104,53 @@ def _outcome(document: dict[str, Any], catalog: Catalog) -> str:
     except InfeasiblePlanError as error:
         return f"infeasible: {' '.join(error.reasons)}"
     return "planned" if result.gpus >= 1 else "no GPUs"
+
+
+WIDE_SEARCHES: dict[str, dict[str, Any]] = {
+    # A batch of 14,414,400 sequences (1,152 divisors) under a million-GPU ceiling.
+    "ceiling": {
+        "model": {"preset": "llama2-70b"},
+        "data": {"tokens": 1e12},
+        "batch": {"globalBatchSize": 14_414_400},
+        "objective": {"maxGPUs": 1_000_000},
+    },
+    "deadline": {
+        "model": {"preset": "llama2-70b"},
+        "data": {"tokens": 1e12},
+        "batch": {"globalBatchSize": 14_414_400},
+        "objective": {"deadline": "1h", "maxGPUs": 1_000_000},
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(WIDE_SEARCHES))
+def test_a_search_within_the_bounds_but_too_wide_is_refused_with_what_to_narrow(
+    catalog: Catalog, name: str
+) -> None:
+    """Valid specs whose search would price hundreds of thousands of layouts (tens of
+    seconds) stop at the evaluation budget, the planning-time bound, with a
+    PlanInputError saying how to narrow the search (a smaller budget keeps this quick)."""
+    spec = TrainingPlanSpec.model_validate(WIDE_SEARCHES[name])
+    with pytest.raises(PlanInputError) as raised:
+        plan(spec, catalog, max_layout_evaluations=2_000)
+    ((field, message),) = raised.value.problems
+    assert field == "spec"
+    assert "more than 2,000 layouts" in message
+    assert "pin parallelism.tensor and pipeline" in message
+
+
+def test_the_evaluator_stops_at_its_budget(catalog: Catalog) -> None:
+    from trainplan.planner.resolve import resolve
+    from trainplan.planner.search import MAX_LAYOUT_EVALUATIONS, Evaluator, generate_layouts
+
+    resolved = resolve(TrainingPlanSpec.model_validate(WIDE_SEARCHES["ceiling"]), catalog)
+    evaluator = Evaluator(resolved.workload, catalog.calibration, resolved.run)
+    assert evaluator.max_evaluations == MAX_LAYOUT_EVALUATIONS == 20_000
+    evaluator.max_evaluations = 10
+    layouts = list(itertools.islice(generate_layouts(resolved.workload, 4096, resolved.pins), 11))
+    assert len(layouts) == 11
+    for layout in layouts[:10]:
+        evaluator.evaluate(layout)
+    with pytest.raises(PlanInputError):
+        evaluator.evaluate(layouts[10])
+    assert evaluator.evaluations == 10

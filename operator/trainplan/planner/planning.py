@@ -28,6 +28,7 @@ from trainplan.planner.explain import explain, infeasibility_reasons
 from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.resolve import ResolvedSpec, resolve
 from trainplan.planner.search import (
+    MAX_LAYOUT_EVALUATIONS,
     Evaluation,
     Evaluator,
     best_at,
@@ -54,13 +55,19 @@ RULE_OF_THUMB_GPU_HOURS_PER_PARAMETER_TOKEN = 13.3
 _RULE_OF_THUMB_PEAK_FLOPS = 312e12  # A100 dense bf16, the rule's reference
 
 
-def plan(spec: TrainingPlanSpec, catalog: Catalog) -> Plan:
+def plan(
+    spec: TrainingPlanSpec,
+    catalog: Catalog,
+    *,
+    max_layout_evaluations: int = MAX_LAYOUT_EVALUATIONS,
+) -> Plan:
     """The best plan for `spec`. Raises `PlanInputError` (bad input for this catalog or
-    model) or `InfeasiblePlanError` (no layout works), and nothing else: figures that
+    model, or a search wider than `max_layout_evaluations` layouts: the planning-time
+    bound) or `InfeasiblePlanError` (no layout works), and nothing else: figures that
     leave the arithmetic's range (an overflow, a plan whose numbers its own API refuses)
     are a `PlanInputError` of the spec."""
     try:
-        return _plan(spec, catalog)
+        return _plan(spec, catalog, max_layout_evaluations)
     except (PlanInputError, InfeasiblePlanError):
         raise
     except (ArithmeticError, ValidationError) as error:
@@ -69,9 +76,14 @@ def plan(spec: TrainingPlanSpec, catalog: Catalog) -> Plan:
         ) from error
 
 
-def _plan(spec: TrainingPlanSpec, catalog: Catalog) -> Plan:
+def _plan(spec: TrainingPlanSpec, catalog: Catalog, max_layout_evaluations: int) -> Plan:
     resolved = resolve(spec, catalog)
-    evaluator = Evaluator(resolved.workload, catalog.calibration, resolved.run)
+    evaluator = Evaluator(
+        resolved.workload,
+        catalog.calibration,
+        resolved.run,
+        max_evaluations=max_layout_evaluations,
+    )
     objective = spec.objective
     ceiling = objective.max_gpus
     if objective.gpus is not None:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from trainplan.planner.calibration import Calibration
+from trainplan.planner.errors import PlanInputError
 from trainplan.planner.flops import model_flops_per_token
 from trainplan.planner.frameworks import ANY_FRAMEWORK, FrameworkLimits
 from trainplan.planner.layout import CHECKPOINTING_LEVELS, Checkpointing, Layout, Workload
@@ -23,6 +24,11 @@ from trainplan.planner.steptime import FLASH_CAUSAL_FRACTION, StepTime, step_tim
 
 _MAX_VIRTUAL_STAGES = 8
 _MAX_MICRO_BATCH = 64
+
+MAX_LAYOUT_EVALUATIONS = 20_000
+"""Most layouts one plan may price: its planning time bound. The examples price at most
+about 3,600 and a 1T-parameter deadline search about 1,400; one layout costs about
+0.1-0.2 ms of CPU, so this bounds a plan to a few seconds (BENCHMARKS.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +242,10 @@ class Evaluator:
     workload: Workload
     calibration: Calibration
     run: RunSettings
+    max_evaluations: int = MAX_LAYOUT_EVALUATIONS
+    """Layouts this search may price; one more raises `PlanInputError`."""
+    evaluations: int = 0
+    """Layouts priced so far."""
     _steps: dict[Layout, StepTime] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -247,7 +257,20 @@ class Evaluator:
         return estimate_memory(self.workload, layout, self.calibration)
 
     def evaluate(self, layout: Layout, *, memory: MemoryEstimate | None = None) -> Evaluation:
-        """Price `layout`; step time and duration only when it fits in memory."""
+        """Price `layout`; step time and duration only when it fits in memory.
+        `PlanInputError` once the search has priced `max_evaluations` layouts."""
+        if self.evaluations >= self.max_evaluations:
+            raise PlanInputError(
+                [
+                    (
+                        "spec",
+                        f"the search would price more than {self.max_evaluations:,}"
+                        " layouts; narrow it: pin parallelism.tensor and pipeline, lower"
+                        " objective.maxGPUs, or give a globalBatchSize with fewer divisors",
+                    )
+                ]
+            )
+        self.evaluations += 1
         memory = memory if memory is not None else self.memory(layout)
         step: StepTime | None = None
         reliability: ReliabilityEstimate | None = None
