@@ -21,6 +21,7 @@ from trainplan.controller.reconcile import (
     decide_launch,
     deletion_retry_seconds,
     finished,
+    lifecycle_conditions,
     plan_child_state,
     waiting_for_deletion,
     waits_already_reported,
@@ -358,3 +359,46 @@ def test_status_figures_from_the_plan_are_bounded_input() -> None:
     )
     assert state is not None
     assert (state.start_time, state.failed_pods) == (None, 0)
+
+
+@pytest.mark.parametrize(
+    ("phase", "expected"),
+    [
+        (Phase.SUCCEEDED, ("Complete", "True")),
+        (Phase.FAILED, ("Failed", "True")),
+        (Phase.SUSPENDED, ("Suspended", "True")),
+    ],
+)
+def test_lifecycle_conditions_of_the_terminal_and_suspended_phases(
+    phase: Phase, expected: tuple[str, str]
+) -> None:
+    (condition,) = lifecycle_conditions(phase, "Why", "what", {}, generation=2, now=NOW)
+    assert (condition["type"], condition["status"]) == expected
+    assert (condition["reason"], condition["message"]) == ("Why", "what")
+    assert condition["observedGeneration"] == 2
+
+
+def test_a_resumed_run_says_so_once_and_other_phases_set_nothing() -> None:
+    suspended = {"conditions": [{"type": "Suspended", "status": "True"}]}
+    (resumed,) = lifecycle_conditions(Phase.RUNNING, "R", "m", suspended, generation=1, now=NOW)
+    assert (resumed["type"], resumed["status"], resumed["reason"]) == (
+        "Suspended",
+        "False",
+        "Resumed",
+    )
+    for phase in (Phase.LAUNCHING, Phase.RUNNING, Phase.RESTARTING):
+        assert lifecycle_conditions(phase, "R", "m", {}, generation=1, now=NOW) == []
+
+
+def test_a_job_that_completes_sets_complete_beside_the_phase() -> None:
+    job = {
+        "status": {
+            "succeeded": 1,
+            "completionTime": "2026-11-22T12:00:00Z",
+            "conditions": [{"type": "Complete", "status": "True"}],
+        }
+    }
+    patch = child_status_patch(child_state(job), {"phase": "Running"}, generation=1, now=NOW)
+    assert patch is not None
+    kinds = {c["type"]: c["status"] for c in patch["conditions"]}
+    assert kinds == {"Progressing": "False", "Complete": "True"}

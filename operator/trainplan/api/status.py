@@ -45,6 +45,12 @@ class ConditionType(StrEnum):
     STALLED = "Stalled"
     BUDGET_EXCEEDED = "BudgetExceeded"
     METRICS_AVAILABLE = "MetricsAvailable"
+    COMPLETE = "Complete"
+    """The run succeeded (terminal), as a Job's `Complete` (`kubectl wait` reads it)."""
+    FAILED = "Failed"
+    """The run failed (terminal), as a Job's `Failed`."""
+    SUSPENDED = "Suspended"
+    """True while the run is suspended (`job.suspend`); False once it resumed."""
 
 
 CONDITION_TYPE_PATTERN: Final = (

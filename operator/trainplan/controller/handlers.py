@@ -27,6 +27,7 @@ from trainplan.cluster import (
     judge_ownership,
 )
 from trainplan.controller.budget_handlers import budgeted, follow_budget, register_budgets
+from trainplan.controller.conditions import merge_conditions
 from trainplan.controller.config import OperatorConfig, configure_kopf
 from trainplan.controller.context import ControllerContext, connection_from
 from trainplan.controller.metrics import snapshot_from_status
@@ -42,6 +43,7 @@ from trainplan.controller.reconcile import (
     deletion_retry_seconds,
     finished,
     launched_plan,
+    lifecycle_conditions,
     plan_child_state,
     reject,
     resume_launched,
@@ -171,7 +173,14 @@ def build_registry(
             await _follow_suspend(body, status, patch, context)
         conditions = changes_after_launch(
             [tuple(str(p) for p in change[1]) for change in diff],
-            dict(status),
+            {
+                **dict(status),
+                **(
+                    {"conditions": patch.status["conditions"]}
+                    if "conditions" in patch.status
+                    else {}
+                ),
+            },
             generation=generation,
             now=now,
         )
@@ -312,6 +321,14 @@ async def _carry_child_state(
     raise kopf.TemporaryError(f"the status of {namespace}/{plan_name} kept changing", delay=1)
 
 
+def _with_patched_conditions(status: kopf.Status, patch: kopf.Patch) -> dict[str, Any]:
+    """The status with the conditions this handler has patched so far."""
+    current = dict(status)
+    if "conditions" in patch.status:
+        current["conditions"] = patch.status["conditions"]
+    return current
+
+
 async def _follow_suspend(
     body: kopf.Body, status: kopf.Status, patch: kopf.Patch, context: ControllerContext
 ) -> None:
@@ -333,9 +350,25 @@ async def _follow_suspend(
             return
         raise kopf.TemporaryError(f"suspending the {kind}: {error}", delay=10) from error
     if suspend:
-        patch.status["phase"] = Phase.SUSPENDED.value
+        phase: Phase | None = Phase.SUSPENDED
     elif status.get("phase") == Phase.SUSPENDED.value:
-        patch.status["phase"] = Phase.LAUNCHING.value
+        phase = Phase.LAUNCHING
+    else:
+        phase = None
+    if phase is None:
+        return
+    patch.status["phase"] = phase.value
+    updates = lifecycle_conditions(
+        phase,
+        "JobSuspended",
+        f"{kind} {status['jobName']} is suspended (job.suspend)",
+        dict(status),
+        generation=body.meta.get("generation"),
+        now=context.clock(),
+    )
+    patch.status["conditions"] = merge_conditions(
+        patch.status.get("conditions") or status.get("conditions"), updates
+    )
 
 
 async def _ended_while_away(body: kopf.Body, patch: kopf.Patch, context: ControllerContext) -> bool:

@@ -202,6 +202,14 @@ def decide_launch(
                 now=now,
                 generation=generation,
             ),
+            *lifecycle_conditions(
+                Phase.SUSPENDED if suspended else Phase.LAUNCHING,
+                "JobSuspended",
+                f"{spec.job.launcher} {job} is suspended (job.suspend)",
+                previous_status,
+                generation=generation,
+                now=now,
+            ),
         ],
     )
     status: dict[str, Any] = {
@@ -471,6 +479,41 @@ def child_gone_on_resume(plan: Mapping[str, Any], kind: str, now: datetime) -> C
     )
 
 
+def lifecycle_conditions(
+    phase: Phase,
+    reason: str,
+    message: str,
+    current: Mapping[str, Any],
+    *,
+    generation: int | None,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """The terminal and suspended conditions a phase sets beside itself, as a Job's
+    (`Complete`, `Failed` and `Suspended`, which `kubectl wait --for=condition=...`
+    reads): `Complete=True` or `Failed=True` when the run ends, `Suspended=True` while
+    suspended and `Suspended=False` (reason Resumed) once a suspended run goes on. Empty
+    when the phase sets none."""
+
+    def condition(
+        kind: ConditionType, status: ConditionStatus, why: str, text: str
+    ) -> dict[str, Any]:
+        return make_condition(kind, status, why, text, now=now, generation=generation)
+
+    if phase is Phase.SUCCEEDED:
+        return [condition(ConditionType.COMPLETE, "True", reason, message)]
+    if phase is Phase.FAILED:
+        return [condition(ConditionType.FAILED, "True", reason, message)]
+    if phase is Phase.SUSPENDED:
+        return [condition(ConditionType.SUSPENDED, "True", reason, message)]
+    was_suspended = any(
+        c.get("type") == ConditionType.SUSPENDED and c.get("status") == "True"
+        for c in current.get("conditions", []) or []
+    )
+    if was_suspended:
+        return [condition(ConditionType.SUSPENDED, "False", "Resumed", "the run was resumed")]
+    return []
+
+
 def child_status_patch(
     state: ChildState, current: Mapping[str, Any], *, generation: int | None, now: datetime
 ) -> dict[str, Any] | None:
@@ -490,18 +533,20 @@ def child_status_patch(
     progressing: ConditionStatus = (
         "True" if state.phase in (Phase.RUNNING, Phase.RESTARTING) else "False"
     )
-    patch["conditions"] = merge_conditions(
-        current.get("conditions"),
-        [
-            make_condition(
-                ConditionType.PROGRESSING,
-                progressing,
-                state.reason,
-                state.message,
-                now=now,
-                generation=generation,
-            )
-        ],
-    )
+    updates = [
+        make_condition(
+            ConditionType.PROGRESSING,
+            progressing,
+            state.reason,
+            state.message,
+            now=now,
+            generation=generation,
+        )
+    ]
+    if "phase" in patch:
+        updates += lifecycle_conditions(
+            state.phase, state.reason, state.message, current, generation=generation, now=now
+        )
+    patch["conditions"] = merge_conditions(current.get("conditions"), updates)
     patch["lastUpdatedTime"] = now.isoformat()
     return patch
