@@ -269,6 +269,41 @@ async def drive(config: OperatorConfig, catalog: Catalog) -> Drive:
             diff=kopf.Diff(suspend),
         )
 
+    # A queued plan (Kueue) is paused through its Workload's spec.active.
+    queued = api.put(
+        GROUP,
+        "trainingplans",
+        _plan("delta", "team-a", {**SPEC, "job": {**SPEC["job"], "queueName": "team-a"}}),
+    )
+    await call("trainingplans", "launch", queued)
+    queued = api.stored(GROUP, "trainingplans", "team-a", "delta")
+    queued_job = api.stored("batch", "jobs", "team-a", queued["status"]["jobName"])
+    api.put(
+        "kueue.x-k8s.io",
+        "workloads",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Workload",
+            "metadata": {
+                "name": "job-delta-12345",
+                "namespace": "team-a",
+                "labels": {"kueue.x-k8s.io/job-uid": queued_job["metadata"]["uid"]},
+            },
+            "spec": {"active": True},
+        },
+    )
+    paused = copy.deepcopy(queued)
+    paused["spec"]["job"]["suspend"] = True
+    await call(
+        "trainingplans",
+        "spec_changed",
+        paused,
+        status=_body(paused).status,
+        diff=kopf.Diff(suspend),
+    )
+    workload = api.stored("kueue.x-k8s.io", "workloads", "team-a", "job-delta-12345")
+    assert workload["spec"]["active"] is False
+
     # An ETA revision while running, after a pod failed: the Restarted Event.
     api.put(
         "",

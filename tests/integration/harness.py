@@ -31,6 +31,7 @@ JOBS = "batch/v1/jobs"
 SERVICES = "v1/services"
 CONFIG_MAPS = "v1/configmaps"
 JOBSETS = "jobset.x-k8s.io/v1alpha2/jobsets"
+WORKLOADS = "kueue.x-k8s.io/v1beta1/workloads"
 WAIT_SECONDS = 15.0
 
 RESOURCES: dict[str, dict[str, Any]] = {
@@ -50,6 +51,7 @@ RESOURCES: dict[str, dict[str, Any]] = {
     CONFIG_MAPS: {"kind": "ConfigMap", "singular": "configmap", "subresources": set()},
     "v1/pods": {"kind": "Pod", "singular": "pod", "subresources": {"status"}},
     "v1/events": {"kind": "Event", "singular": "event", "subresources": set()},
+    WORKLOADS: {"kind": "Workload", "singular": "workload", "subresources": {"status"}},
 }
 # Kopf's resource observer lists and watches these (cluster-scoped) before serving.
 CLUSTER_RESOURCES: dict[str, dict[str, Any]] = {

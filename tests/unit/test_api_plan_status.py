@@ -416,6 +416,9 @@ def test_phases_and_condition_types() -> None:
         "Stalled",
         "BudgetExceeded",
         "MetricsAvailable",
+        "Complete",
+        "Failed",
+        "Suspended",
     }
     with pytest.raises(ValidationError):
         TrainingPlanStatus.model_validate({"phase": "Exploding"})

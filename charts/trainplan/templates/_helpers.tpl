@@ -119,6 +119,10 @@ every namespace, else in a Role of each watched namespace. */}}
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["create", "get"]
+# Kueue: a queued job is paused and resumed through its Workload's spec.active.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list", "patch"]
 # Training pods: failures and metrics endpoints.
 - apiGroups: [""]
   resources: ["pods"]

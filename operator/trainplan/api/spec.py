@@ -406,6 +406,43 @@ class PodSecurityContextSpec(ApiModel):
         return self
 
 
+_LABEL_VALUE_PATTERN: Final = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+"""A Kubernetes label value that is not empty."""
+_LABEL_KEY_PATTERN: Final = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+"""A node label key (an optional DNS prefix and a name), such as a topology level."""
+
+
+class KueueTopology(ApiModel):
+    """Kueue topology-aware scheduling: the node label of the topology level (a block, a
+    rack, a host) that all the job's pods must share (`required`), or should share when
+    they can (`preferred`). Kueue reads it from the pod template's
+    `kueue.x-k8s.io/podset-required-topology` / `podset-preferred-topology` annotation."""
+
+    required: str | None = Field(
+        None,
+        min_length=1,
+        max_length=316,
+        pattern=_LABEL_KEY_PATTERN,
+        description="Topology level label every pod must share, e.g. cloud.example/block.",
+    )
+    preferred: str | None = Field(
+        None,
+        min_length=1,
+        max_length=316,
+        pattern=_LABEL_KEY_PATTERN,
+        description="Topology level label the pods should share when they can.",
+    )
+
+    @model_validator(mode="after")
+    def _one_level(self) -> Self:
+        if (self.required is None) == (self.preferred is None):
+            raise ValueError("give exactly one of required or preferred")
+        return self
+
+
 class JobSpec(ApiModel):
     """How the training job is launched."""
 
@@ -453,6 +490,20 @@ class JobSpec(ApiModel):
         max_length=_LABEL_VALUE_MAX_LENGTH,
         description="Kueue LocalQueue name (kueue.x-k8s.io/queue-name).",
     )
+    priority_class: str | None = Field(
+        None,
+        min_length=1,
+        max_length=_LABEL_VALUE_MAX_LENGTH,
+        pattern=_LABEL_VALUE_PATTERN,
+        description=(
+            "Kueue WorkloadPriorityClass of the job (the kueue.x-k8s.io/priority-class"
+            " label); needs queueName."
+        ),
+    )
+    topology: KueueTopology | None = Field(
+        None,
+        description="Kueue topology-aware scheduling of the pods (needs queueName).",
+    )
     suspend: bool = Field(False, description="Create the job suspended.")
     metrics_port: int = Field(
         9400, ge=1, le=65535, description="Port of the training metrics endpoint."
@@ -468,6 +519,22 @@ class JobSpec(ApiModel):
             " memory; default 16Gi."
         ),
     )
+
+    @model_validator(mode="after")
+    def _check_kueue(self) -> Self:
+        if self.queue_name is None:
+            given = [
+                name
+                for name, value in (
+                    ("priorityClass", self.priority_class),
+                    ("topology", self.topology),
+                )
+                if value is not None
+            ]
+            if given:
+                verb = "needs" if len(given) == 1 else "need"
+                raise ValueError(f"job.{' and job.'.join(given)} {verb} job.queueName (Kueue)")
+        return self
 
     @model_validator(mode="after")
     def _check_command(self) -> Self:

@@ -18,9 +18,10 @@ from trainplan.cluster.ownership import (
     controller_of,
     judge_ownership,
 )
-from trainplan.cluster.resources import ResourcePath, resource_path
+from trainplan.cluster.resources import KUEUE_API_VERSION, ResourcePath, resource_path
 
 __all__ = [
+    "KUEUE_API_VERSION",
     "ApplyResult",
     "Connection",
     "KubernetesApi",

@@ -12,6 +12,10 @@ from trainplan.api import (
     TRAINING_PLAN_PLURAL,
 )
 
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta1"
+"""Kueue's Workload API: v1beta1 is served by every Kueue release that has
+`spec.active` (v1beta2, the storage version since Kueue 0.15, has the same field)."""
+
 _KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "Service"): ("services", True),
     ("v1", "ConfigMap"): ("configmaps", True),
@@ -19,6 +23,7 @@ _KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "Event"): ("events", True),
     ("batch/v1", "Job"): ("jobs", True),
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): ("jobsets", True),
+    (KUEUE_API_VERSION, "Workload"): ("workloads", True),
     (API_VERSION, TRAINING_PLAN_KIND): (TRAINING_PLAN_PLURAL, True),
     (API_VERSION, GPU_BUDGET_KIND): (GPU_BUDGET_PLURAL, True),
 }

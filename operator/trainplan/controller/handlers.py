@@ -20,6 +20,7 @@ from trainplan.api import (
     Phase,
 )
 from trainplan.cluster import (
+    KUEUE_API_VERSION,
     KubernetesApiError,
     OwnershipConflictError,
     ResourceVersionConflictError,
@@ -51,7 +52,7 @@ from trainplan.controller.reconcile import (
     waits_already_reported,
 )
 from trainplan.controller.webhook import register_admission
-from trainplan.launcher import LauncherError, workload_kind
+from trainplan.launcher import KUEUE_JOB_UID_LABEL, LauncherError, workload_kind
 
 STATUS_WRITE_ATTEMPTS = 8
 """How often a plan's status write is retried after a concurrent write."""
@@ -337,14 +338,17 @@ async def _follow_suspend(
     job = body.get("spec", {}).get("job", {})
     suspend = bool(job.get("suspend", False))
     api_version, kind = workload_kind(job.get("launcher", "Job"))
+    namespace = body.meta.namespace or "default"
     try:
-        await context.api().patch(
-            api_version,
-            kind,
-            body.meta.namespace or "default",
-            status["jobName"],
-            {"spec": {"suspend": suspend}},
-        )
+        if job.get("queueName"):
+            if not await _activate_kueue_workloads(
+                context, api_version, kind, namespace, status["jobName"], active=not suspend
+            ):
+                return
+        else:
+            await context.api().patch(
+                api_version, kind, namespace, status["jobName"], {"spec": {"suspend": suspend}}
+            )
     except KubernetesApiError as error:
         if error.status == 404:
             return
@@ -369,6 +373,41 @@ async def _follow_suspend(
     patch.status["conditions"] = merge_conditions(
         patch.status.get("conditions") or status.get("conditions"), updates
     )
+
+
+async def _activate_kueue_workloads(
+    context: ControllerContext,
+    api_version: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    *,
+    active: bool,
+) -> bool:
+    """Pause (`active` False) or resume a queued job the way Kueue does: through its
+    Workload's `spec.active` (Kueue evicts an inactive Workload and suspends its job,
+    and admits an active one again), never the job's own `spec.suspend`, which Kueue
+    sets itself (kubernetes-sigs/kueue, pkg/controller/jobframework/reconciler.go).
+    False when the job is gone; `kopf.TemporaryError` until Kueue made its Workload."""
+    api = context.api()
+    child = await api.get(api_version, kind, namespace, name)
+    if child is None:
+        return False
+    uid = str(child.get("metadata", {}).get("uid", ""))
+    workloads = await api.list_objects(
+        KUEUE_API_VERSION, "Workload", namespace, label_selector=f"{KUEUE_JOB_UID_LABEL}={uid}"
+    )
+    if not workloads:
+        raise kopf.TemporaryError(f"waiting for Kueue's Workload of {kind} {name}", delay=5)
+    for workload in workloads:
+        await api.patch(
+            KUEUE_API_VERSION,
+            "Workload",
+            namespace,
+            str(workload["metadata"]["name"]),
+            {"spec": {"active": active}},
+        )
+    return True
 
 
 async def _ended_while_away(body: kopf.Body, patch: kopf.Patch, context: ControllerContext) -> bool:

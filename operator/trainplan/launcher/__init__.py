@@ -14,6 +14,7 @@ the standard library.
 from trainplan.launcher.errors import LauncherError
 from trainplan.launcher.names import job_name, label_value
 from trainplan.launcher.render import (
+    KUEUE_JOB_UID_LABEL,
     PlanRef,
     plan_pods_selector,
     render,
@@ -22,6 +23,7 @@ from trainplan.launcher.render import (
 )
 
 __all__ = [
+    "KUEUE_JOB_UID_LABEL",
     "LauncherError",
     "PlanRef",
     "job_name",

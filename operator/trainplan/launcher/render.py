@@ -34,7 +34,9 @@ Rules worth knowing:
 - Kueue: with `job.queueName` the Job or JobSet carries `kueue.x-k8s.io/queue-name` and
   is created suspended (`suspend: true`): Kueue unsuspends it on admission, so whoever
   applies the objects must not reset `suspend` on an existing one. Without a queue,
-  `suspend` is `job.suspend`.
+  `suspend` is `job.suspend`. `job.priorityClass` is the `kueue.x-k8s.io/priority-class`
+  label, `job.topology` the pod template's `podset-required-topology` or
+  `podset-preferred-topology` annotation.
 - Names: `names.job_name` (long or unusual plan names are shortened with a hash suffix),
   label values by `names.label_value`.
 
@@ -104,6 +106,27 @@ GPU_TOLERATION: Final[Mapping[str, str]] = {
 """The toleration for the taint GPU node pools commonly carry (GKE, AKS, NVIDIA docs)."""
 
 KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+KUEUE_JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
+"""The label of a Kueue Workload that holds its job's uid (Kueue's JobUIDLabel)."""
+KUEUE_PRIORITY_CLASS_LABEL: Final = "kueue.x-k8s.io/priority-class"
+"""The Job's label naming its Kueue WorkloadPriorityClass (Kueue's WorkloadPriorityClassLabel)."""
+KUEUE_REQUIRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-preferred-topology"
+"""Pod template annotations of Kueue's topology-aware scheduling
+(kubernetes-sigs/kueue, apis/kueue/v1beta1/topology_types.go)."""
+
+
+def kueue_topology_annotations(spec: TrainingPlanSpec) -> dict[str, str]:
+    """The pod template's Kueue topology annotation for `job.topology`; empty without."""
+    topology = spec.job.topology
+    if topology is None:
+        return {}
+    if topology.required is not None:
+        return {KUEUE_REQUIRED_TOPOLOGY: topology.required}
+    assert topology.preferred is not None
+    return {KUEUE_PREFERRED_TOPOLOGY: topology.preferred}
+
+
 JOBSET_API_VERSION: Final = "jobset.x-k8s.io/v1alpha2"
 APP_NAME: Final = "trainplan"
 COMPONENT: Final = "training"
@@ -578,6 +601,9 @@ def render(
     owner_labels = dict(labels)
     if queue is not None:
         owner_labels[KUEUE_QUEUE_LABEL] = queue
+    if spec.job.priority_class is not None:
+        owner_labels[KUEUE_PRIORITY_CLASS_LABEL] = spec.job.priority_class
+    template["metadata"].setdefault("annotations", {}).update(kueue_topology_annotations(spec))
     if jobset:
         objects.append(
             {

@@ -1,0 +1,109 @@
+"""A queued plan (job.queueName) is paused and resumed the way Kueue expects: through its
+Workload's `spec.active`, never its Job's `spec.suspend`, which Kueue owns (it suspends
+an unadmitted job and unsuspends an admitted one: kubernetes-sigs/kueue,
+pkg/controller/jobframework/reconciler.go). The emulator runs no Kueue: the test makes
+the Workload and admits the Job as Kueue would."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.harness import JOBS, WORKLOADS, Cluster, OperatorProcess
+
+pytestmark = pytest.mark.asyncio
+
+WORKLOADS_URL = "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/workloads"
+
+
+def _queued(name: str, **job: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainplan.dev/v1alpha1",
+        "kind": "TrainingPlan",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"preset": "pythia-1b"},
+            "data": {"tokens": 1e9},
+            "batch": {"globalBatchSize": 64},
+            "objective": {"gpus": 8},
+            "job": {"image": "registry.example/train:1.0", "queueName": "team-a", **job},
+        },
+    }
+
+
+async def _kueue_admits(cluster: Cluster, job_name: str) -> str:
+    """What Kueue does for a new queued Job: a Workload labelled with the Job's uid, and
+    on admission the Job unsuspended. Returns the Workload's name."""
+    uid = cluster.objects(JOBS)[job_name]["metadata"].get("uid")
+    if uid is None:  # the emulator assigns no uids: give the Job the API server's
+        uid = f"uid-of-{job_name}"
+        code, answer = await cluster._call(
+            "PATCH",
+            f"/apis/batch/v1/namespaces/default/jobs/{job_name}",
+            {"metadata": {"uid": uid}},
+        )
+        assert code == 200, answer
+    workload = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"job-{job_name}-1a2b3",
+            "namespace": "default",
+            "labels": {"kueue.x-k8s.io/job-uid": uid},
+        },
+        "spec": {"active": True, "queueName": "team-a"},
+    }
+    code, answer = await cluster._call("POST", WORKLOADS_URL, workload)
+    assert code in (200, 201), answer
+    code, answer = await cluster._call(
+        "PATCH", f"/apis/batch/v1/namespaces/default/jobs/{job_name}", {"spec": {"suspend": False}}
+    )
+    assert code == 200, answer
+    return str(workload["metadata"]["name"])
+
+
+async def test_a_queued_plan_is_paused_and_resumed_through_its_workload(
+    operator: OperatorProcess, cluster: Cluster
+) -> None:
+    await cluster.apply_plan(_queued("queued"))
+    await cluster.wait_for(
+        lambda: bool(cluster.plan("queued").get("status", {}).get("jobName")), "the launch"
+    )
+    job_name = cluster.plan("queued")["status"]["jobName"]
+    job = cluster.objects(JOBS)[job_name]
+    assert job["spec"]["suspend"] is True  # created suspended, for Kueue to admit
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    workload = await _kueue_admits(cluster, job_name)
+
+    await cluster.patch_plan_spec("queued", {"job": {"suspend": True}})
+    await cluster.wait_for(
+        lambda: cluster.objects(WORKLOADS)[workload]["spec"]["active"] is False,
+        "the Workload to be deactivated",
+    )
+    await cluster.wait_for_phase("queued", "Suspended")
+    # The Job's suspend is Kueue's to set (it suspends the evicted job): not touched here.
+    assert cluster.objects(JOBS)[job_name]["spec"]["suspend"] is False
+
+    await cluster.patch_plan_spec("queued", {"job": {"suspend": False}})
+    await cluster.wait_for(
+        lambda: cluster.objects(WORKLOADS)[workload]["spec"]["active"] is True,
+        "the Workload to be active again",
+    )
+    await cluster.wait_for_phase("queued", "Launching")
+    assert cluster.objects(JOBS)[job_name]["spec"]["suspend"] is False
+
+
+async def test_priority_class_and_topology_reach_kueue(
+    operator: OperatorProcess, cluster: Cluster
+) -> None:
+    await cluster.apply_plan(
+        _queued("ranked", priorityClass="high", topology={"required": "cloud.example/block"})
+    )
+    await cluster.wait_for(
+        lambda: bool(cluster.plan("ranked").get("status", {}).get("jobName")), "the launch"
+    )
+    job = cluster.objects(JOBS)[cluster.plan("ranked")["status"]["jobName"]]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
+    annotations = job["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["kueue.x-k8s.io/podset-required-topology"] == "cloud.example/block"
