@@ -303,6 +303,17 @@ async def drive(config: OperatorConfig, catalog: Catalog) -> Drive:
     )
     workload = api.stored("kueue.x-k8s.io", "workloads", "team-a", "job-delta-12345")
     assert workload["spec"]["active"] is False
+    # Kueue admits it: the plan's Admitted condition.
+    workload["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": queued_job["metadata"]["name"]}
+    ]
+    workload["status"] = {
+        "conditions": [{"type": "Admitted", "status": "True"}],
+        "admission": {"clusterQueue": "cq"},
+    }
+    await call("workloads", "kueue_changed", workload)
+    admitted = api.stored(GROUP, "trainingplans", "team-a", "delta")["status"]["conditions"]
+    assert any(c["type"] == "Admitted" and c["status"] == "True" for c in admitted)
 
     # An ETA revision while running, after a pod failed: the Restarted Event.
     api.put(

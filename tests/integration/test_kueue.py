@@ -107,3 +107,86 @@ async def test_priority_class_and_topology_reach_kueue(
     assert job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
     annotations = job["spec"]["template"]["metadata"]["annotations"]
     assert annotations["kueue.x-k8s.io/podset-required-topology"] == "cloud.example/block"
+
+
+def _admitted(cluster: Cluster, name: str) -> tuple[str, str, str]:
+    conditions = cluster.plan(name).get("status", {}).get("conditions", [])
+    found = next((c for c in conditions if c["type"] == "Admitted"), None)
+    return ("", "", "") if found is None else (found["status"], found["reason"], found["message"])
+
+
+async def _workload_status(cluster: Cluster, name: str, status: dict[str, Any]) -> None:
+    code, answer = await cluster._call(
+        "PATCH", f"{WORKLOADS_URL}/{name}/status", {"status": status}
+    )
+    assert code == 200, answer
+
+
+async def test_kueues_admission_is_the_plans_admitted_condition(
+    operator: OperatorProcess, cluster: Cluster
+) -> None:
+    await cluster.apply_plan(_queued("admitted"))
+    await cluster.wait_for(
+        lambda: bool(cluster.plan("admitted").get("status", {}).get("jobName")), "the launch"
+    )
+    job_name = cluster.plan("admitted")["status"]["jobName"]
+    workload = await _kueue_admits(cluster, job_name)
+    code, answer = await cluster._call(
+        "PATCH",
+        f"{WORKLOADS_URL}/{workload}",
+        {
+            "metadata": {
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": job_name,
+                        "uid": f"uid-of-{job_name}",
+                        "controller": True,
+                    }
+                ]
+            }
+        },
+    )
+    assert code == 200, answer
+    pending = {
+        "type": "QuotaReserved",
+        "status": "False",
+        "reason": "Pending",
+        "message": "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu",
+    }
+    await _workload_status(cluster, workload, {"conditions": [pending]})
+    await cluster.wait_for(
+        lambda: _admitted(cluster, "admitted")[:2] == ("False", "Pending"), "Admitted=False"
+    )
+    assert "insufficient quota" in _admitted(cluster, "admitted")[2]
+
+    admitted = {
+        "conditions": [
+            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"},
+            {"type": "Admitted", "status": "True", "reason": "Admitted"},
+        ],
+        "admission": {
+            "clusterQueue": "gpu-cluster-queue",
+            "podSetAssignments": [{"name": "main", "flavors": {"nvidia.com/gpu": "a100-80gb"}}],
+        },
+    }
+    await _workload_status(cluster, workload, admitted)
+    await cluster.wait_for(lambda: _admitted(cluster, "admitted")[0] == "True", "Admitted=True")
+    assert _admitted(cluster, "admitted") == (
+        "True",
+        "Admitted",
+        "admitted by ClusterQueue gpu-cluster-queue on a100-80gb",
+    )
+
+    evicted = {
+        **admitted,
+        "conditions": [
+            *admitted["conditions"],
+            {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted"},
+        ],
+    }
+    await _workload_status(cluster, workload, evicted)
+    await cluster.wait_for(
+        lambda: _admitted(cluster, "admitted")[:2] == ("False", "Evicted"), "Admitted=False"
+    )

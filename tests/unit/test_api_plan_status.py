@@ -419,6 +419,7 @@ def test_phases_and_condition_types() -> None:
         "Complete",
         "Failed",
         "Suspended",
+        "Admitted",
     }
     with pytest.raises(ValidationError):
         TrainingPlanStatus.model_validate({"phase": "Exploding"})

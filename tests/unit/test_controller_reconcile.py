@@ -21,6 +21,7 @@ from trainplan.controller.reconcile import (
     decide_launch,
     deletion_retry_seconds,
     finished,
+    kueue_admission,
     lifecycle_conditions,
     plan_child_state,
     waiting_for_deletion,
@@ -402,3 +403,63 @@ def test_a_job_that_completes_sets_complete_beside_the_phase() -> None:
     assert patch is not None
     kinds = {c["type"]: c["status"] for c in patch["conditions"]}
     assert kinds == {"Progressing": "False", "Complete": "True"}
+
+
+def _workload(*conditions: dict[str, Any], **status: Any) -> dict[str, Any]:
+    return {"status": {"conditions": list(conditions), **status}}
+
+
+def _admitted_of(patch: dict[str, Any] | None) -> dict[str, Any]:
+    assert patch is not None
+    return next(c for c in patch["conditions"] if c["type"] == "Admitted")
+
+
+def test_kueue_admission_follows_the_workloads_conditions() -> None:
+    pending = _workload({"type": "QuotaReserved", "status": "False", "message": "no quota"})
+    condition = _admitted_of(kueue_admission(pending, {}, generation=1, now=NOW))
+    assert (condition["status"], condition["reason"], condition["message"]) == (
+        "False",
+        "Pending",
+        "no quota",
+    )
+    reserved = _workload({"type": "QuotaReserved", "status": "True"})
+    assert _admitted_of(kueue_admission(reserved, {}, generation=1, now=NOW))["reason"] == (
+        "QuotaReserved"
+    )
+    admitted = _workload(
+        {"type": "QuotaReserved", "status": "True"},
+        {"type": "Admitted", "status": "True"},
+        admission={
+            "clusterQueue": "cq",
+            "podSetAssignments": [{"flavors": {"nvidia.com/gpu": "h100", "cpu": "default"}}],
+        },
+    )
+    condition = _admitted_of(kueue_admission(admitted, {}, generation=1, now=NOW))
+    assert (condition["status"], condition["message"]) == (
+        "True",
+        "admitted by ClusterQueue cq on default, h100",
+    )
+    evicted = _workload(
+        {"type": "Admitted", "status": "True"},
+        {"type": "Evicted", "status": "True", "message": "preempted by a higher priority"},
+    )
+    condition = _admitted_of(kueue_admission(evicted, {}, generation=1, now=NOW))
+    assert (condition["status"], condition["reason"]) == ("False", "Evicted")
+
+
+def test_kueue_admission_writes_nothing_unchanged_or_finished() -> None:
+    admitted = _workload({"type": "Admitted", "status": "True"}, admission={"clusterQueue": "cq"})
+    first = kueue_admission(admitted, {}, generation=1, now=NOW)
+    assert first is not None
+    assert kueue_admission(admitted, first, generation=1, now=NOW) is None
+    finished_workload = _workload({"type": "Finished", "status": "True"})
+    assert kueue_admission(finished_workload, {}, generation=1, now=NOW) is None
+
+
+def test_kueue_messages_are_bounded_printable_text() -> None:
+    noisy = _workload(
+        {"type": "QuotaReserved", "status": "False", "message": "a\nb\x00" + "x" * 5000}
+    )
+    message = _admitted_of(kueue_admission(noisy, {}, generation=None, now=NOW))["message"]
+    assert len(message) == 512
+    assert message.isprintable()

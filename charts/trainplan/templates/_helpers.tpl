@@ -119,10 +119,11 @@ every namespace, else in a Role of each watched namespace. */}}
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["create", "get"]
-# Kueue: a queued job is paused and resumed through its Workload's spec.active.
+# Kueue: a queued job's Workload is watched for its admission (the plan's Admitted
+# condition), and paused and resumed through its spec.active.
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["list", "patch"]
+  verbs: ["list", "watch", "patch"]
 # Training pods: failures and metrics endpoints.
 - apiGroups: [""]
   resources: ["pods"]

@@ -51,6 +51,8 @@ class ConditionType(StrEnum):
     """The run failed (terminal), as a Job's `Failed`."""
     SUSPENDED = "Suspended"
     """True while the run is suspended (`job.suspend`); False once it resumed."""
+    ADMITTED = "Admitted"
+    """Kueue's admission of a queued plan's Workload (ClusterQueue and flavors)."""
 
 
 CONDITION_TYPE_PATTERN: Final = (

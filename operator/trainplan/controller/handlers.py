@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 import kopf
@@ -43,6 +44,7 @@ from trainplan.controller.reconcile import (
     decide_launch,
     deletion_retry_seconds,
     finished,
+    kueue_admission,
     launched_plan,
     lifecycle_conditions,
     plan_child_state,
@@ -275,37 +277,83 @@ def build_registry(
         labels={PLAN_LABEL: kopf.PRESENT},
         registry=registry,
     )(child_changed)
+
+    @kopf.on.event(
+        "kueue.x-k8s.io",
+        "v1beta1",
+        "workloads",
+        labels={KUEUE_JOB_UID_LABEL: kopf.PRESENT},
+        registry=registry,
+    )
+    async def kueue_changed(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+        """A Kueue Workload changed: a queued plan's `Admitted` condition follows it."""
+        if kwargs.get("type") == "DELETED":
+            return
+        await _follow_admission(_context(memo), body)
+
     register_budgets(registry, config)
     if config.webhook_port is not None:
         register_admission(registry, config)
     return registry
 
 
-async def _carry_child_state(
-    context: ControllerContext,
-    namespace: str,
-    plan_name: str,
-    child: kopf.Body,
-    *,
-    deleted: bool,
-) -> tuple[dict[str, Any], dict[str, Any], ChildState] | None:
-    """Write the child's state (`plan_child_state`) into its plan's status, onto the
-    version read (the ETA timer writes the same status); returns the plan, its new status
-    and the state carried, or None when nothing changed or the child is not the plan's."""
+async def _follow_admission(context: ControllerContext, workload: kopf.Body) -> None:
+    """Carry a Workload's admission into the plan of the Job or JobSet that owns it (the
+    owner's plan label, and the plan's `status.jobName`)."""
+    namespace = workload.meta.namespace
+    owner = next(
+        (
+            ref
+            for ref in workload.meta.get("ownerReferences", []) or []
+            if ref.get("kind") in ("Job", "JobSet") and ref.get("apiVersion") and ref.get("name")
+        ),
+        None,
+    )
+    if owner is None or not namespace:
+        return
+    api_version, kind = workload_kind("JobSet" if owner["kind"] == "JobSet" else "Job")
+    if owner["apiVersion"] != api_version:
+        return
+    try:
+        child = await context.api().get(api_version, kind, namespace, str(owner["name"]))
+    except KubernetesApiError as error:
+        raise kopf.TemporaryError(f"reading the {kind}: {error}", delay=10) from error
+    plan_name = ((child or {}).get("metadata", {}).get("labels") or {}).get(PLAN_LABEL)
+    if not plan_name:
+        return
+
+    def compute(parent: dict[str, Any], now: datetime) -> tuple[dict[str, Any], Any] | None:
+        current = parent.get("status", {}) or {}
+        if current.get("jobName") != owner["name"]:
+            return None
+        generation = parent.get("metadata", {}).get("generation")
+        update = kueue_admission(dict(workload), current, generation=generation, now=now)
+        return None if update is None else (update, None)
+
+    await _patch_plan_status(context, namespace, str(plan_name), compute)
+
+
+StatusUpdate = Callable[[dict[str, Any], datetime], tuple[dict[str, Any], Any] | None]
+"""From the plan read and the time: its status patch and what to hand back, or None."""
+
+
+async def _patch_plan_status(
+    context: ControllerContext, namespace: str, plan_name: str, compute: StatusUpdate
+) -> tuple[dict[str, Any], dict[str, Any], Any] | None:
+    """Write the status patch `compute` makes from the plan, onto the version read (the
+    ETA timer and the child handlers write the same status), reading again after a
+    concurrent write; returns the plan, its new status and what `compute` handed back, or
+    None when the plan is gone or `compute` has nothing to write."""
     api = context.api()
     for _ in range(STATUS_WRITE_ATTEMPTS):
         parent = await api.get(API_VERSION, TRAINING_PLAN_KIND, namespace, plan_name)
         if parent is None:
             return None
-        now = context.clock()
-        state = plan_child_state(child, parent, deleted=deleted, now=now)
-        if state is None:
+        computed = compute(parent, context.clock())
+        if computed is None:
             return None
-        current = parent.get("status", {}) or {}
+        update, extra = computed
         meta = parent.get("metadata", {})
-        update = child_status_patch(state, current, generation=meta.get("generation"), now=now)
-        if update is None:
-            return None
         try:
             await api.patch(
                 API_VERSION,
@@ -318,8 +366,37 @@ async def _carry_child_state(
             )
         except ResourceVersionConflictError:
             continue
-        return parent, {**current, **update}, state
+        return parent, {**(parent.get("status", {}) or {}), **update}, extra
     raise kopf.TemporaryError(f"the status of {namespace}/{plan_name} kept changing", delay=1)
+
+
+async def _carry_child_state(
+    context: ControllerContext,
+    namespace: str,
+    plan_name: str,
+    child: kopf.Body,
+    *,
+    deleted: bool,
+) -> tuple[dict[str, Any], dict[str, Any], ChildState] | None:
+    """Write the child's state (`plan_child_state`) into its plan's status; returns the
+    plan, its new status and the state carried, or None when nothing changed or the child
+    is not the plan's."""
+
+    def compute(parent: dict[str, Any], now: datetime) -> tuple[dict[str, Any], Any] | None:
+        state = plan_child_state(child, parent, deleted=deleted, now=now)
+        if state is None:
+            return None
+        current = parent.get("status", {}) or {}
+        generation = parent.get("metadata", {}).get("generation")
+        update = child_status_patch(state, current, generation=generation, now=now)
+        return None if update is None else (update, state)
+
+    written = await _patch_plan_status(context, namespace, plan_name, compute)
+    if written is None:
+        return None
+    parent, status, state = written
+    assert isinstance(state, ChildState)
+    return parent, status, state
 
 
 def _with_patched_conditions(status: kopf.Status, patch: kopf.Patch) -> dict[str, Any]:

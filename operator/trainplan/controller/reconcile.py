@@ -514,6 +514,75 @@ def lifecycle_conditions(
     return []
 
 
+KUEUE_MESSAGE_MAX_LENGTH: Final = 512
+"""Most characters of a Kueue condition message carried into the plan's status."""
+
+
+def _kueue_text(value: object) -> str:
+    """A Kueue message as a bounded line of printable text."""
+    text = "".join(c if c.isprintable() else " " for c in str(value or ""))
+    return text[:KUEUE_MESSAGE_MAX_LENGTH]
+
+
+def kueue_admission(
+    workload: Mapping[str, Any],
+    current: Mapping[str, Any],
+    *,
+    generation: int | None,
+    now: datetime,
+) -> dict[str, Any] | None:
+    """The plan's `Admitted` condition from its Kueue Workload's status
+    (kubernetes-sigs/kueue, apis/kueue/v1beta1/workload_types.go: conditions
+    QuotaReserved, Admitted, Evicted, Finished; `status.admission.clusterQueue` and the
+    pod sets' flavors), merged into the current conditions; None when it would not change
+    or the Workload finished (the job's own status tells the end). Reasons are trainplan's
+    (Admitted, QuotaReserved, Evicted, Pending); Kueue's message is carried, bounded."""
+    status = workload.get("status", {}) or {}
+    by_type = {
+        str(c.get("type")): c for c in status.get("conditions", []) or [] if isinstance(c, dict)
+    }
+
+    def true(kind: str) -> Mapping[str, Any] | None:
+        condition = by_type.get(kind)
+        return condition if condition and condition.get("status") == "True" else None
+
+    if true("Finished"):
+        return None
+    admission = status.get("admission", {}) or {}
+    queue = _kueue_text(admission.get("clusterQueue")) or "its ClusterQueue"
+    flavors = sorted(
+        {
+            _kueue_text(flavor)
+            for pod_set in admission.get("podSetAssignments", []) or []
+            if isinstance(pod_set, dict)
+            for flavor in (pod_set.get("flavors", {}) or {}).values()
+        }
+    )
+    evicted, admitted, reserved = true("Evicted"), true("Admitted"), true("QuotaReserved")
+    state: ConditionStatus
+    if evicted:
+        state, reason, message = "False", "Evicted", _kueue_text(evicted.get("message"))
+    elif admitted:
+        on = f" on {', '.join(flavors)}" if flavors else ""
+        state, reason, message = "True", "Admitted", f"admitted by ClusterQueue {queue}{on}"
+    elif reserved:
+        state, reason = "False", "QuotaReserved"
+        message = f"quota reserved in ClusterQueue {queue}; waiting for admission checks"
+    else:
+        waiting = by_type.get("QuotaReserved", {}) or {}
+        state, reason = "False", "Pending"
+        message = _kueue_text(waiting.get("message")) or "waiting in its Kueue queue"
+    condition = make_condition(
+        ConditionType.ADMITTED, state, reason, message or reason, now=now, generation=generation
+    )
+    previous = next(
+        (c for c in current.get("conditions", []) or [] if c.get("type") == "Admitted"), None
+    )
+    if previous and all(previous.get(k) == condition[k] for k in ("status", "reason", "message")):
+        return None
+    return {"conditions": merge_conditions(current.get("conditions"), [condition])}
+
+
 def child_status_patch(
     state: ChildState, current: Mapping[str, Any], *, generation: int | None, now: datetime
 ) -> dict[str, Any] | None:
