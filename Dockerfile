@@ -15,6 +15,12 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
 RUN pip install . && rm -rf /src
+# kubernetes-validate ships the JSON schemas of every Kubernetes release (about 100 MB); the
+# operator reads only the strict 1.30 one (job.podTemplate checks, SCHEMA_VERSION).
+RUN python -c "import pathlib, shutil, kubernetes_validate; \
+from trainplan.launcher.podtemplate import SCHEMA_VERSION; \
+root = pathlib.Path(kubernetes_validate.__file__).parent / 'kubernetes-json-schema'; \
+[shutil.rmtree(path) for path in root.iterdir() if path.name != f'v{SCHEMA_VERSION}-local-strict']"
 
 # A numeric non-root user, the chart's runAsUser (Kubernetes checks runAsNonRoot by uid).
 RUN groupadd --gid 65532 trainplan \

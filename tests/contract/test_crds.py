@@ -28,7 +28,7 @@ from trainplan.api import (
     TrainingPlanSpec,
     TrainingPlanStatus,
 )
-from trainplan.api.spec import QUANTITY_MAX_LENGTH, RESOURCE_QUANTITY_PATTERN
+from trainplan.api.kubetypes import QUANTITY_MAX_LENGTH, RESOURCE_QUANTITY_PATTERN
 from trainplan.cli.crds_command import HEADER, command, render_crd_files
 from trainplan.crdgen import all_crds, gpu_budget_crd, training_plan_crd
 

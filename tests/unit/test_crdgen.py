@@ -14,7 +14,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, WithJsonSchema
 import trainplan.crdgen
 from trainplan.api import ApiModel, Quantity
 from trainplan.api.durations import DURATION_PATTERN, Duration
-from trainplan.api.spec import QUANTITY_MAX_LENGTH, RESOURCE_QUANTITY_PATTERN
+from trainplan.api.kubetypes import QUANTITY_MAX_LENGTH, RESOURCE_QUANTITY_PATTERN
 from trainplan.crdgen import StructuralSchemaError, structural_schema, training_plan_crd
 
 

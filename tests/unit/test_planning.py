@@ -341,6 +341,8 @@ GOALS = {
     "llama2-70b-pinned": "objective.gpus",
     "llama2-7b-deadline": "objective.deadline",
     "megatron-1t": "objective.deadline",
+    "pod-template": "objective.gpus",
+    "rdma-host-network": "objective.gpus",
     "tiny-local": "objective.gpus",
     "v100-fp16": "objective.gpus",
 }

@@ -32,6 +32,7 @@ from trainplan.api.constants import (
     VERSION,
 )
 from trainplan.api.durations import Duration, format_duration, parse_duration_seconds
+from trainplan.api.kubetypes import Quantity, Toleration
 from trainplan.api.plan import (
     Alternative,
     MemoryBreakdown,
@@ -40,6 +41,7 @@ from trainplan.api.plan import (
     PlanReliability,
     StepBreakdown,
 )
+from trainplan.api.podtemplate import PodTemplateOverride
 from trainplan.api.resources import (
     GPUBudget,
     ObjectMeta,
@@ -59,9 +61,7 @@ from trainplan.api.spec import (
     ModelSpec,
     ObjectiveSpec,
     ParallelismSpec,
-    Quantity,
     ReliabilitySpec,
-    Toleration,
     TrainingPlanSpec,
     TrainingSpec,
 )
@@ -128,6 +128,7 @@ __all__ = [
     "PlanLayout",
     "PlanReliability",
     "PlanUsage",
+    "PodTemplateOverride",
     "Progress",
     "Quantity",
     "ReliabilitySpec",

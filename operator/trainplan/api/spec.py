@@ -13,6 +13,8 @@ from pydantic import BeforeValidator, Field, StringConstraints, WithJsonSchema, 
 
 from trainplan.api.base import ApiModel
 from trainplan.api.durations import Duration, parse_duration_seconds
+from trainplan.api.kubetypes import Quantity, Toleration, number_to_text
+from trainplan.api.podtemplate import PodTemplateOverride
 
 DEFAULT_COMMAND: Final = ("python", "-m", "trainplan.runtime.train")
 """The reference trainer, run when `job.command` is left out."""
@@ -21,41 +23,6 @@ PYTHON_NAMES: Final = frozenset({"python", "python3"})
 
 _SHAPE_FIELDS: Final = ("layers", "hiddenSize", "attentionHeads", "vocabSize", "sequenceLength")
 
-
-def _number_to_text(value: object) -> object:
-    """Let users write `cpu: 32` for a resource quantity, as kubectl does."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return value
-
-
-RESOURCE_QUANTITY_PATTERN: Final = (
-    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-"""A non-negative Kubernetes quantity: the grammar of apimachinery's `resource.Quantity`
-(the pattern controller-gen writes for it) without a minus sign, since requests cannot be
-negative: "32", "500m", "256Gi", "1e3"."""
-QUANTITY_MAX_LENGTH: Final = 64
-"""Longest quantity text accepted."""
-
-Quantity = Annotated[
-    str,
-    BeforeValidator(_number_to_text),
-    StringConstraints(max_length=QUANTITY_MAX_LENGTH, pattern=RESOURCE_QUANTITY_PATTERN),
-    WithJsonSchema(
-        {
-            "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "x-kubernetes-int-or-string": True,
-            "pattern": RESOURCE_QUANTITY_PATTERN,
-            "maxLength": QUANTITY_MAX_LENGTH,
-        },
-        mode="validation",
-    ),
-]
-"""A Kubernetes resource quantity ("32", "500m", "256Gi"); a bare number is read as its
-text. Its input schema is Kubernetes' int-or-string, as for the quantities of built-in
-kinds, with the quantity grammar as a pattern, so `cpu: lots` is refused at apply."""
 
 _NAME_MAX_LENGTH: Final = 253
 """Longest Kubernetes object name (a DNS subdomain), and the cap on catalog names."""
@@ -328,22 +295,6 @@ class EnvVar(ApiModel):
     value: str | None = Field(None, description="Variable value.")
 
 
-class Toleration(ApiModel):
-    """A Kubernetes toleration for the training pods."""
-
-    key: str | None = Field(None, description="Taint key; empty with Exists matches all taints.")
-    operator: Literal["Exists", "Equal"] | None = Field(
-        None, description="Exists or Equal (default Equal)."
-    )
-    value: str | None = Field(None, description="Taint value, for Equal.")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        None, description="Taint effect to match; empty matches all."
-    )
-    toleration_seconds: int | None = Field(
-        None, description="For NoExecute: seconds the pod stays bound after the taint appears."
-    )
-
-
 _ID_MAX: Final = 2_147_483_647
 """Largest user or group id (2^31 - 1): Kubernetes' int64 ids, as runtimes accept them."""
 DEFAULT_SHM_SIZE: Final = "16Gi"
@@ -352,7 +303,7 @@ _QUANTITY_PATTERN: Final = r"^[0-9]{1,19}(\.[0-9]{1,9})?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G
 """A non-negative Kubernetes quantity of bytes, e.g. 16Gi or 500M (at most 31 characters)."""
 ByteQuantity = Annotated[
     str,
-    BeforeValidator(_number_to_text),
+    BeforeValidator(number_to_text),
     StringConstraints(pattern=_QUANTITY_PATTERN),
     WithJsonSchema(
         {
@@ -517,6 +468,15 @@ class JobSpec(ApiModel):
         description=(
             "Size limit of /dev/shm, a memory-backed emptyDir that counts as the pods'"
             " memory; default 16Gi."
+        ),
+    )
+    pod_template: PodTemplateOverride | None = Field(
+        None,
+        description=(
+            "A partial pod template merged onto the training pods (labels, annotations,"
+            " service account, pull secrets, volumes, affinity, security contexts, host"
+            " network, and the trainer container's env, mounts and resources); the fields"
+            " trainplan sets for the plan are refused. See docs/pod-template.md."
         ),
     )
 

@@ -8,7 +8,8 @@ program is in `trainplan.launcher.env`, the framework adapters in
 `trainplan.launcher.frameworks`.
 
 Pure: no I/O, no clock; imports only `trainplan.api`, `trainplan.planner`, pydantic and
-the standard library.
+the standard library, and `kubernetes_validate` for a spec with `job.podTemplate` (its
+merged pod is checked against the pod schema read from that package's data).
 """
 
 from trainplan.launcher.errors import LauncherError

@@ -39,8 +39,14 @@ Rules worth knowing:
   `podset-preferred-topology` annotation.
 - Names: `names.job_name` (long or unusual plan names are shortened with a hash suffix),
   label values by `names.label_value`.
+- Pod template: `job.podTemplate` is merged onto the rendered pod last (strategic
+  merge, `trainplan.launcher.podtemplate`; docs/pod-template.md). A template that
+  sets what the launcher owns, or whose merged pod fails the Kubernetes 1.30 pod
+  schema, is a LauncherError on `job.podTemplate...`, before any object exists.
 
-Pure: no I/O, no clock; the same inputs give equal objects.
+Pure: no I/O, no clock; the same inputs give equal objects. (A spec with
+`job.podTemplate` is checked against the pod schema that `kubernetes-validate` ships,
+read from its package data.)
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ from trainplan.launcher.names import (
     label_value,
     pod_hostname,
 )
+from trainplan.launcher.podtemplate import overlay
 from trainplan.planner.catalog import Catalog, GPUSpec
 from trainplan.planner.resolve import resolve_shape
 from trainplan.planner.shapes import ModelShape
@@ -596,6 +603,16 @@ def render(
         subdomain=None if jobset else job,
         config_map=config_map,
     )
+    if spec.job.pod_template is not None:
+        template, problems = overlay(
+            template,
+            spec.job.pod_template,
+            gpus_per_pod=gpus_per_pod,
+            name=job,
+            namespace=ref.namespace,
+        )
+        if problems:
+            raise LauncherError(problems)
     queue = spec.job.queue_name
     suspend = True if queue is not None else spec.job.suspend
     owner_labels = dict(labels)
