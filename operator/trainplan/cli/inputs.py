@@ -36,19 +36,71 @@ class _FileTooLargeError(Exception):
     pass
 
 
+MAX_EXPANDED_VALUES = 100_000
+"""Most values a plan document may hold once its YAML aliases are expanded: a real plan
+holds a few hundred; a "billion laughs" document, aliases of aliases, billions."""
+_PLAIN_KEYS = (str, int, float, bool, type(None))
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many values `node` stands for once every alias is expanded (each node's size
+    computed once, so this costs the composed graph's size, never the expansion's)."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    sizes[id(node)] = 1  # a recursive alias counts once
+    if isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(child, sizes) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size = 1 + sum(
+            _expanded_size(key, sizes) + _expanded_size(value, sizes) for key, value in node.value
+        )
+    else:
+        size = 1
+    sizes[id(node)] = min(size, MAX_EXPANDED_VALUES + 1)
+    return sizes[id(node)]
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a mapping that gives a key twice (YAML and JSON
-    would otherwise keep the last one silently)."""
+    would otherwise keep the last one silently), a key that is not a plain value, and a
+    document whose aliases would expand to more than `MAX_EXPANDED_VALUES` values (it is
+    refused before anything is built)."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        if _expanded_size(node, {}) > MAX_EXPANDED_VALUES:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"its YAML aliases expand to more than {MAX_EXPANDED_VALUES:,} values",
+                node.start_mark,
+            )
+        return super().construct_document(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
+            if not isinstance(key_node, yaml.ScalarNode):
                 raise yaml.constructor.ConstructorError(
                     "while reading a mapping",
                     node.start_mark,
-                    f"the key {key!r} is given twice",
+                    "a key must be a plain value, not a list or a mapping",
+                    key_node.start_mark,
+                )
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, _PLAIN_KEYS):
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping",
+                    node.start_mark,
+                    "a key must be a plain value",
+                    key_node.start_mark,
+                )
+            if key in seen:
+                shown = repr(key) if len(repr(key)) <= 80 else repr(key)[:77] + "..."
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping",
+                    node.start_mark,
+                    f"the key {shown} is given twice",
                     key_node.start_mark,
                 )
             seen.add(key)
