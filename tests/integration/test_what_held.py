@@ -5,7 +5,7 @@ against kmock's emulator.
 - API faults during a launch (HTTP 500 on a read, on a Job's or a Service's creation and
   on a status write; 409 on a Job's creation and on a status write; a watch expired with
   410 Gone) end with exactly one Job and one Service per plan.
-- A plan deleted mid-launch leaves nothing behind (xfail: it does not hold yet).
+- A plan deleted mid-launch leaves nothing behind.
 - Budget edits while plans run: the budget's figures follow, the runs are untouched.
 - Hanging, slow-drip and garbage metrics pages: the ETA goes on with MetricsAvailable
   False, and the operator keeps serving other plans.
@@ -390,14 +390,6 @@ async def test_api_faults_during_a_launch_end_with_one_job_and_one_service(
 # --- a plan deleted mid-launch --------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "security review item 4 does not hold: a plan deleted while its launch handler runs"
-        " still gets its Service and Job created (they name the deleted plan's uid, so a real"
-        " cluster's garbage collector removes them later; the emulator has none)"
-    ),
-)
 async def test_a_plan_deleted_mid_launch_leaves_nothing_behind(
     cluster: Cluster, catalog: Catalog
 ) -> None:

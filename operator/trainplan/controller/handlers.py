@@ -297,6 +297,24 @@ def build_registry(
     return registry
 
 
+async def _still_wanted(body: kopf.Body, context: ControllerContext) -> bool:
+    """Whether the plan is still there, the same one (uid) and not being deleted: read
+    just before its objects are made, so that a plan deleted while it was planned and
+    judged gets none (in a cluster the garbage collector would remove them later)."""
+    try:
+        current = await context.api().get(
+            API_VERSION, TRAINING_PLAN_KIND, body.meta.namespace or "default", body.meta.name or ""
+        )
+    except KubernetesApiError as error:
+        raise kopf.TemporaryError(f"reading the TrainingPlan: {error}", delay=10) from error
+    meta = (current or {}).get("metadata", {}) or {}
+    return (
+        current is not None
+        and meta.get("uid") == body.meta.uid
+        and not meta.get("deletionTimestamp")
+    )
+
+
 async def _follow_admission(context: ControllerContext, workload: kopf.Body) -> None:
     """Carry a Workload's admission into the plan of the Job or JobSet that owns it (the
     owner's plan label, and the plan's `status.jobName`)."""
@@ -595,6 +613,9 @@ async def _apply(
             )
         delay = deletion_retry_seconds(previous_status, context.clock())
         raise kopf.TemporaryError("; ".join(waits), delay=delay)
+    if not await _still_wanted(body, context):
+        logger.info("the TrainingPlan was deleted while it was launched: nothing is created")
+        return decision
     for obj in decision.objects:
         try:
             result = await api.apply(obj)
