@@ -62,3 +62,18 @@ async def fast_operator(cluster: Cluster, catalog: Catalog) -> AsyncIterator[Ope
     await process.start()
     yield process
     await process.stop()
+
+
+@pytest_asyncio.fixture()
+async def budget_operator(cluster: Cluster, catalog: Catalog) -> AsyncIterator[OperatorProcess]:
+    """The operator with ETA and budget revisions every 0.2 s."""
+    config = OperatorConfig(
+        metrics_port=0,
+        metrics_address="127.0.0.1",
+        eta_interval_seconds=0.2,
+        budget_interval_seconds=0.2,
+    )
+    process = OperatorProcess(cluster, catalog, config)
+    await process.start()
+    yield process
+    await process.stop()

@@ -18,6 +18,7 @@ import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.harness import JOBS, Cluster, OperatorProcess, TrainingPod
+from tests.integration.lookups import condition, events
 from trainplan.api import TrainingPlanSpec
 from trainplan.controller import OperatorConfig
 from trainplan.planner import Catalog, plan
@@ -48,41 +49,18 @@ def needs(catalog: Catalog) -> float:
     return plan(TrainingPlanSpec.model_validate(SPEC), catalog).gpu_hours
 
 
-@pytest_asyncio.fixture()
-async def budget_operator(cluster: Cluster, catalog: Catalog) -> AsyncIterator[OperatorProcess]:
-    config = OperatorConfig(
-        metrics_port=0,
-        metrics_address="127.0.0.1",
-        eta_interval_seconds=0.2,
-        budget_interval_seconds=0.2,
-    )
-    process = OperatorProcess(cluster, catalog, config)
-    await process.start()
-    yield process
-    await process.stop()
-
-
-def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    conditions = obj.get("status", {}).get("conditions", [])
-    return next((c for c in conditions if c["type"] == kind), {})
-
-
-def _events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
-    return [e for e in cluster.objects("v1/events").values() if e.get("reason") == reason]
-
-
 async def test_over_budget_is_rejected_with_the_numbers(
     budget_operator: OperatorProcess, cluster: Cluster, needs: float
 ) -> None:
     await cluster.apply_budget("team-a", {"gpuHours": needs * 0.5, "period": "30d"})
     name = await cluster.apply_plan(_plan("too-big"))
     rejected = await cluster.wait_for_phase(name, "Rejected")
-    planned = _condition(rejected, "Planned")
+    planned = condition(rejected, "Planned")
     assert planned["reason"] == "OverBudget"
     assert f"needs {needs:,.0f} GPU-hours; team-a has" in planned["message"]
     assert "left in the last 30d" in planned["message"]
     assert cluster.objects(JOBS) == {}
-    await cluster.wait_for(lambda: bool(_events(cluster, "OverBudget")), "an OverBudget event")
+    await cluster.wait_for(lambda: bool(events(cluster, "OverBudget")), "an OverBudget event")
 
 
 async def test_admitted_plan_is_accounted_through_its_life(
@@ -91,7 +69,7 @@ async def test_admitted_plan_is_accounted_through_its_life(
     await cluster.apply_budget("team-a", {"gpuHours": needs * 10, "period": "7d"})
     name = await cluster.apply_plan(_plan("fits"))
     launched = await cluster.wait_for_phase(name, "Launching")
-    assert _condition(launched, "BudgetExceeded")["status"] == "False"
+    assert condition(launched, "BudgetExceeded")["status"] == "False"
     budget = cluster.budget("team-a")
     ledger = budget["status"]["ledger"]
     assert [(u["name"], u["gpus"], u["finished"]) for u in ledger] == [("fits", 8, False)]
@@ -179,10 +157,10 @@ async def test_warn_admits_with_budget_exceeded(
     )
     name = await cluster.apply_plan(_plan("warned"))
     launched = await cluster.wait_for_phase(name, "Launching")
-    exceeded = _condition(launched, "BudgetExceeded")
+    exceeded = condition(launched, "BudgetExceeded")
     assert exceeded["status"] == "True"
     assert "needs" in exceeded["message"]
-    await cluster.wait_for(lambda: bool(_events(cluster, "BudgetWarning")), "a warning event")
+    await cluster.wait_for(lambda: bool(events(cluster, "BudgetWarning")), "a warning event")
 
 
 async def test_downsize_launches_under_the_gpu_ceiling(
@@ -198,7 +176,7 @@ async def test_downsize_launches_under_the_gpu_ceiling(
     assert cluster.budget("team-a")["status"]["ledger"][0]["gpus"] == 4
     await cluster.wait_for(
         lambda: any(
-            "downsized to 4 GPUs" in e["message"] for e in _events(cluster, "BudgetWarning")
+            "downsized to 4 GPUs" in e["message"] for e in events(cluster, "BudgetWarning")
         ),
         "the downsizing warning",
     )
@@ -209,17 +187,17 @@ async def test_malformed_and_missing_budgets_are_reported(
 ) -> None:
     await cluster.apply_budget("broken", {"gpuHours": -5, "period": "30d"})
     await cluster.wait_for(
-        lambda: _condition(cluster.budget("broken"), "Valid").get("status") == "False",
+        lambda: condition(cluster.budget("broken"), "Valid").get("status") == "False",
         "Valid=False on the malformed budget",
     )
-    assert "gpuHours" in _condition(cluster.budget("broken"), "Valid")["message"]
+    assert "gpuHours" in condition(cluster.budget("broken"), "Valid")["message"]
     name = await cluster.apply_plan(_plan("on-broken", budgetRef="broken"))
     rejected = await cluster.wait_for_phase(name, "Rejected")
-    assert _condition(rejected, "Planned")["reason"] == "InvalidBudget"
+    assert condition(rejected, "Planned")["reason"] == "InvalidBudget"
 
     missing = await cluster.apply_plan(_plan("on-missing", budgetRef="nowhere"))
     rejected = await cluster.wait_for_phase(missing, "Rejected")
-    planned = _condition(rejected, "Planned")
+    planned = condition(rejected, "Planned")
     assert planned["reason"] == "BudgetNotFound"
     assert "'nowhere' not found" in planned["message"]
 
@@ -282,7 +260,7 @@ async def test_a_pod_reporting_its_last_step_does_not_free_the_budget(
 
     second = await cluster.apply_plan(_plan("second"))
     rejected = await cluster.wait_for_phase(second, "Rejected")
-    assert _condition(rejected, "Planned")["reason"] == "OverBudget"
+    assert condition(rejected, "Planned")["reason"] == "OverBudget"
     assert list(cluster.objects(JOBS)) == [job]
     assert cluster.plan(name)["status"]["phase"] == "Running"
     assert [e["name"] for e in cluster.budget("team-a")["status"]["ledger"]] == [name]
@@ -320,7 +298,7 @@ async def test_a_rejected_plan_that_is_fixed_launches_with_its_budget_entry(
     for index in range(FIXED_PLANS):
         name = await cluster.apply_plan(_plan(f"fixed-{index}", parallelism={"tensor": 5}))
         rejected = await cluster.wait_for_phase(name, "Rejected")
-        assert _condition(rejected, "Planned")["reason"] == "InvalidSpec"
+        assert condition(rejected, "Planned")["reason"] == "InvalidSpec"
         await cluster.patch_plan_spec(name, {"parallelism": {"tensor": 1}})
         await cluster.wait_for_phase(name, "Launching")
         names.append(name)

@@ -8,12 +8,10 @@ The emulator runs no garbage collector: the tests delete dependents as it would.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import kmock
 import pytest
-import pytest_asyncio
 
 from tests.integration.harness import (
     JOBS,
@@ -22,7 +20,7 @@ from tests.integration.harness import (
     Cluster,
     OperatorProcess,
 )
-from trainplan.controller import OperatorConfig
+from tests.integration.lookups import condition, events
 from trainplan.planner import Catalog
 
 pytestmark = pytest.mark.asyncio
@@ -48,31 +46,8 @@ def _plan(name: str) -> dict[str, Any]:
     }
 
 
-@pytest_asyncio.fixture()
-async def quick_operator(cluster: Cluster, catalog: Catalog) -> AsyncIterator[OperatorProcess]:
-    config = OperatorConfig(
-        metrics_port=0,
-        metrics_address="127.0.0.1",
-        eta_interval_seconds=0.2,
-        budget_interval_seconds=0.2,
-    )
-    process = OperatorProcess(cluster, catalog, config)
-    await process.start()
-    yield process
-    await process.stop()
-
-
-def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    conditions = obj.get("status", {}).get("conditions", [])
-    return next((c for c in conditions if c["type"] == kind), {})
-
-
 def _owner_uids(obj: dict[str, Any]) -> list[str]:
     return [o["uid"] for o in obj["metadata"].get("ownerReferences", [])]
-
-
-def _events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
-    return [e for e in cluster.objects("v1/events").values() if e.get("reason") == reason]
 
 
 async def _delete(cluster: Cluster, path: str) -> None:
@@ -91,7 +66,7 @@ async def _launch(cluster: Cluster, name: str) -> dict[str, Any]:
 
 
 async def test_a_plan_deleted_and_applied_again_waits_for_the_previous_objects(
-    quick_operator: OperatorProcess, cluster: Cluster
+    budget_operator: OperatorProcess, cluster: Cluster
 ) -> None:
     old = await _launch(cluster, "again")
     old_uid, job = old["metadata"]["uid"], old["status"]["jobName"]
@@ -113,22 +88,22 @@ async def test_a_plan_deleted_and_applied_again_waits_for_the_previous_objects(
     )
     waiting = cluster.plan("again")["status"]
     assert waiting["phase"] == "Pending", waiting  # not Rejected (NameConflict) for good
-    assert _condition(cluster.plan("again"), "Launched")["reason"] == "WaitingForDeletion"
-    message = _condition(cluster.plan("again"), "Launched")["message"]
+    assert condition(cluster.plan("again"), "Launched")["reason"] == "WaitingForDeletion"
+    message = condition(cluster.plan("again"), "Launched")["message"]
     assert f"waiting for Job default/{job} to be deleted" in message
     assert f"previous TrainingPlan again (uid {old_uid}), which no longer exists" in message
     await cluster.wait_for(
-        lambda: bool(_events(cluster, "WaitingForDeletion")), "a WaitingForDeletion event"
+        lambda: bool(events(cluster, "WaitingForDeletion")), "a WaitingForDeletion event"
     )
     await asyncio.sleep(1.0)  # a retry or two: still waiting, never rejected
     assert cluster.plan("again")["status"]["phase"] == "Pending"
-    assert not _events(cluster, "NameConflict")
+    assert not events(cluster, "NameConflict")
 
     # The garbage collector deletes the old plan's Job and Service.
     await _delete(cluster, f"{JOBS_URL}/{job}")
     await _delete(cluster, f"{SERVICES_URL}/{service}")
     launched = await cluster.wait_for_phase("again", "Launching")
-    assert _condition(launched, "Launched")["reason"] == "JobCreated"
+    assert condition(launched, "Launched")["reason"] == "JobCreated"
     jobs = cluster.objects(JOBS)
     assert list(jobs) == [job]
     assert _owner_uids(jobs[job]) == [new_uid]
@@ -138,7 +113,7 @@ async def test_a_plan_deleted_and_applied_again_waits_for_the_previous_objects(
 
 
 async def test_a_name_held_by_someone_else_is_still_a_conflict(
-    quick_operator: OperatorProcess, cluster: Cluster
+    budget_operator: OperatorProcess, cluster: Cluster
 ) -> None:
     code, answer = await cluster._call(
         "POST",
@@ -148,14 +123,14 @@ async def test_a_name_held_by_someone_else_is_still_a_conflict(
     assert code in (200, 201), answer
     await cluster.apply_plan(_plan("taken"))
     rejected = await cluster.wait_for_phase("taken", "Rejected")
-    planned = _condition(rejected, "Planned")
+    planned = condition(rejected, "Planned")
     assert planned["reason"] == "NameConflict"
     assert "Service default/taken exists and is controlled by nothing" in planned["message"]
     assert cluster.objects(JOBS) == {}
 
 
 async def test_a_job_deleted_by_hand_fails_the_run_and_stops_its_budget(
-    quick_operator: OperatorProcess, cluster: Cluster, catalog: Catalog
+    budget_operator: OperatorProcess, cluster: Cluster, catalog: Catalog
 ) -> None:
     await cluster.apply_budget("team-a", {"gpuHours": 1e6, "period": "30d"})
     launched = await _launch(cluster, "by-hand")
@@ -169,12 +144,12 @@ async def test_a_job_deleted_by_hand_fails_the_run_and_stops_its_budget(
 
     await _delete(cluster, f"{JOBS_URL}/{job}")  # `kubectl delete job by-hand`
     failed = await cluster.wait_for_phase("by-hand", "Failed")
-    progressing = _condition(failed, "Progressing")
+    progressing = condition(failed, "Progressing")
     assert (progressing["status"], progressing["reason"]) == ("False", "JobDeleted")
     assert f"the Job {job} was deleted outside the operator" in progressing["message"]
     assert "apply it again" in progressing["message"]
     assert failed["status"]["completionTime"]
-    await cluster.wait_for(lambda: bool(_events(cluster, "JobDeleted")), "a JobDeleted event")
+    await cluster.wait_for(lambda: bool(events(cluster, "JobDeleted")), "a JobDeleted event")
     await cluster.wait_for(
         lambda: cluster.budget("team-a")["status"]["ledger"][0]["finished"],
         "the budget's entry to finish",
@@ -185,8 +160,8 @@ async def test_a_job_deleted_by_hand_fails_the_run_and_stops_its_budget(
     assert budget["activePlans"] == []
 
     # Failed is terminal: a restarted operator's resume handler launches nothing again.
-    await quick_operator.stop()
-    again = OperatorProcess(cluster, catalog, quick_operator.config)
+    await budget_operator.stop()
+    again = OperatorProcess(cluster, catalog, budget_operator.config)
     await again.start()
     try:
         await asyncio.sleep(1.5)
@@ -197,7 +172,7 @@ async def test_a_job_deleted_by_hand_fails_the_run_and_stops_its_budget(
 
 
 async def test_a_plan_being_deleted_is_not_failed_by_its_jobs_deletion(
-    quick_operator: OperatorProcess, cluster: Cluster
+    budget_operator: OperatorProcess, cluster: Cluster
 ) -> None:
     launched = await _launch(cluster, "going")
     job = launched["status"]["jobName"]
@@ -223,8 +198,8 @@ async def test_a_plan_being_deleted_is_not_failed_by_its_jobs_deletion(
     await asyncio.sleep(0.5)
     status = cluster.plan("going")["status"]
     assert status["phase"] == "Running"
-    assert _condition(cluster.plan("going"), "Progressing").get("reason") != "JobDeleted"
-    assert not _events(cluster, "JobDeleted")
+    assert condition(cluster.plan("going"), "Progressing").get("reason") != "JobDeleted"
+    assert not events(cluster, "JobDeleted")
 
     code, answer = await cluster._call(
         "PATCH", f"{PLANS_URL}/going", {"metadata": {"finalizers": []}}
@@ -234,7 +209,7 @@ async def test_a_plan_being_deleted_is_not_failed_by_its_jobs_deletion(
 
 
 async def test_a_job_deleted_while_the_operator_was_away_fails_the_run(
-    quick_operator: OperatorProcess, cluster: Cluster, catalog: Catalog
+    budget_operator: OperatorProcess, cluster: Cluster, catalog: Catalog
 ) -> None:
     """The deletion happens while no operator watches: at start-up the launched plan's
     Job is gone, so the run ended (Failed, JobDeleted) and nothing is created again."""
@@ -247,14 +222,14 @@ async def test_a_job_deleted_while_the_operator_was_away_fails_the_run(
         lambda: bool(cluster.budget("team-a")["status"]["ledger"][0].get("intervals")),
         "an open interval in the budget",
     )
-    await quick_operator.stop()
+    await budget_operator.stop()
     await _delete(cluster, f"{JOBS_URL}/{job}")  # by hand, or a TTL, meanwhile
 
-    again = OperatorProcess(cluster, catalog, quick_operator.config)
+    again = OperatorProcess(cluster, catalog, budget_operator.config)
     await again.start()
     try:
         failed = await cluster.wait_for_phase("away", "Failed")
-        progressing = _condition(failed, "Progressing")
+        progressing = condition(failed, "Progressing")
         assert (progressing["status"], progressing["reason"]) == ("False", "JobDeleted")
         assert "while the operator was not running" in progressing["message"]
         assert failed["status"]["completionTime"]
