@@ -10,7 +10,7 @@ against kmock's emulator.
 - Hanging, slow-drip and garbage metrics pages: the ETA goes on with MetricsAvailable
   False, and the operator keeps serving other plans.
 - A thousand restarts are counted once, however often they are seen; a Job's revisions
-  do not count them again (xfail: they do yet).
+  do not count them again.
 - Plans created and deleted three times leave no per-plan state in the operator.
 
 kmock commits a write (create, patch) before it looks at the responses a test programs,
@@ -606,15 +606,6 @@ async def test_a_thousand_restarts_are_counted_once_however_often_seen(
         assert restarted["message"] == "failure 1000 (OOMKilled (exit code 137)); resuming"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "security review item 7 does not hold for Job revisions: each change of a Job whose"
-        " status.failed > 0 writes failures.count = status.failed (reconcile.child_status_patch),"
-        " dropping the pods' restarts; the next ETA revision restores them and posts another"
-        " 'Restarted' Warning Event for the same failures"
-    ),
-)
 async def test_job_revisions_do_not_count_the_restarts_again(
     cluster: Cluster, catalog: Catalog
 ) -> None:

@@ -595,7 +595,11 @@ def child_status_patch(
     if state.completion_time and current.get("completionTime") != state.completion_time:
         patch["completionTime"] = state.completion_time
     failures = current.get("failures") or {}
-    if state.failed_pods and failures.get("count") != state.failed_pods:
+    counted = failures.get("count")
+    counted = counted if isinstance(counted, int) else 0
+    # The ETA revision counts failed pods and container restarts: the Job's failed pods
+    # alone may only raise the count, never lower it (each failure is counted once).
+    if state.failed_pods > counted:
         patch["failures"] = {**failures, "count": state.failed_pods, "lastReason": state.reason}
     if not patch:
         return None
