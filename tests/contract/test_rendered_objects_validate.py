@@ -11,7 +11,8 @@ for it. Its one replicated job's template is a batch/v1 JobTemplateSpec, so it i
 validated by wrapping it into a whole batch/v1 Job (the JobSet's name and namespace, the
 template's labels and spec); that covers the pod template, the pod failure policy and
 everything else the pods run with. The JobSet's own few fields are checked by shape in
-`test_jobset_fields_have_the_jobset_api_shape`.
+`test_jobset_fields_have_the_jobset_api_shape`, its `failurePolicy` against the schema of
+JobSet v0.12.0's CRD (vendored: `tests/data/upstream/jobset-v0.12.0-schema.yaml`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 
+from tests.contract.crd_schema import FORMAT_CHECKER, errors, to_json_schema
+from tests.jobset_statuses import upstream_schema
 from tests.rendered_examples import RENDERABLE, RENDERABLE_IDS, example_objects
 from trainplan.launcher.render import JOBSET_API_VERSION
 from trainplan.planner import Catalog
@@ -87,9 +91,13 @@ def test_jobset_fields_have_the_jobset_api_shape(path: Path, catalog: Catalog) -
         assert obj["apiVersion"] == JOBSET_API_VERSION
         assert set(obj) == {"apiVersion", "kind", "metadata", "spec"}
         spec = obj["spec"]
-        assert set(spec) == {"network", "suspend", "replicatedJobs"}
+        assert set(spec) == {"network", "suspend", "failurePolicy", "replicatedJobs"}
         assert spec["network"] == {"enableDNSHostnames": True, "subdomain": obj["metadata"]["name"]}
         assert isinstance(spec["suspend"], bool)
+        failure_policy = jsonschema.Draft202012Validator(
+            to_json_schema(upstream_schema("failurePolicy")), format_checker=FORMAT_CHECKER
+        )
+        assert errors(failure_policy, spec["failurePolicy"]) == []
         (replicated,) = spec["replicatedJobs"]
         assert set(replicated) == {"name", "replicas", "template"}
         assert replicated["replicas"] == 1

@@ -294,6 +294,30 @@ class Cluster:
         )
         assert code == 200, answer
 
+    async def stamp_jobset_creation(
+        self, name: str, created: str, namespace: str = "default"
+    ) -> None:
+        """The JobSet's `metadata.creationTimestamp`, which the API server sets when the
+        operator creates it (kmock sets none)."""
+        code, answer = await self._call(
+            "PATCH",
+            f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{name}",
+            {"metadata": {"creationTimestamp": created}},
+        )
+        assert code == 200, answer
+
+    async def write_jobset_status(
+        self, name: str, status: dict[str, Any], namespace: str = "default"
+    ) -> None:
+        """What the JobSet controller writes to a JobSet's status (a merge patch: its
+        lists, `conditions` and `replicatedJobsStatus`, are replaced whole)."""
+        code, answer = await self._call(
+            "PATCH",
+            f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{name}/status",
+            {"status": status},
+        )
+        assert code == 200, answer
+
     def objects(self, resource: str, namespace: str = "default") -> dict[str, dict[str, Any]]:
         """Live (not deleted) objects of a resource, by name."""
         found = {}

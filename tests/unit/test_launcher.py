@@ -592,6 +592,7 @@ def test_jobset_holds_the_same_indexed_job_and_no_service() -> None:
     expected = copy.deepcopy(job_spec(as_job))
     del expected["suspend"]  # the JobSet suspends its jobs itself
     del expected["template"]["spec"]["subdomain"]  # JobSet sets the subdomain
+    expected["backoffLimit"] = 0  # the JobSet restarts as a whole (its failurePolicy)
     args = expected["template"]["spec"]["containers"][0]["args"]
     args[:] = [
         f"--rdzv-endpoint={name}-node-0-0.{name}:29500"

@@ -22,6 +22,7 @@ from trainplan.api import (
 from trainplan.controller.budgets import Verdict
 from trainplan.controller.conditions import ConditionStatus, make_condition, merge_conditions
 from trainplan.launcher import LauncherError, PlanRef, job_name, render_for
+from trainplan.monitor import workload_failures
 from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
 
 
@@ -362,45 +363,174 @@ class ChildState:
     failed_pods: int
 
 
-def _true_condition(obj: Mapping[str, Any], *types: str) -> Mapping[str, Any] | None:
-    for condition in obj.get("status", {}).get("conditions", []) or []:
-        if condition.get("type") in types and condition.get("status") == "True":
-            return condition  # type: ignore[no-any-return]
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return condition
     return None
 
 
+def _true_condition(obj: Mapping[str, Any], *types: str) -> Mapping[str, Any] | None:
+    for kind in types:
+        condition = _condition(obj, kind)
+        if condition is not None and condition.get("status") == "True":
+            return condition
+    return None
+
+
+def _time_of(condition: Mapping[str, Any] | None) -> str | None:
+    moment = None if condition is None else condition.get("lastTransitionTime")
+    return str(moment) if moment else None
+
+
 def child_state(child: Mapping[str, Any]) -> ChildState:
-    """Map a batch/v1 Job's (or a JobSet's) status to a plan phase, as the Job controller
-    reports it: terminal conditions first (Complete/Completed -> Succeeded, Failed ->
-    Failed), then Suspended, then active pods (Running), then failures waiting for a
-    replacement (Restarting); otherwise still Launching."""
-    status = child.get("status", {}) or {}
-    failed = int(status.get("failed", 0) or 0)
+    """The run's state from its child: a batch/v1 Job's status (`job_state`), or a
+    JobSet's (`jobset_state`) for `kind: JobSet`."""
+    if child.get("kind") == JOBSET_KIND:
+        return jobset_state(child)
+    return job_state(child)
+
+
+def job_state(job: Mapping[str, Any]) -> ChildState:
+    """Map a batch/v1 Job's status to a plan phase, as the Job controller reports it:
+    terminal conditions first (Complete -> Succeeded, Failed -> Failed), then Suspended,
+    then failures waiting for a replacement (Restarting), then active pods (Running);
+    otherwise still Launching. Times are the Job's `startTime` and `completionTime`."""
+    status = job.get("status", {}) or {}
+    failed = workload_failures(job)
     start = status.get("startTime")
     done = status.get("completionTime")
-    complete = _true_condition(child, "Complete", "Completed")
+    complete = _true_condition(job, "Complete", "Completed")
     if complete is not None:
         return ChildState(Phase.SUCCEEDED, "JobComplete", "training completed", start, done, failed)
-    failure = _true_condition(child, "Failed")
+    failure = _true_condition(job, "Failed")
     if failure is not None:
         reason = str(failure.get("reason") or "JobFailed")
         message = str(failure.get("message") or "the training job failed")
         return ChildState(Phase.FAILED, reason, message, start, done, failed)
-    if _true_condition(child, "Suspended") is not None or child.get("spec", {}).get("suspend"):
+    if _true_condition(job, "Suspended") is not None or job.get("spec", {}).get("suspend"):
         return ChildState(
             Phase.SUSPENDED, "JobSuspended", "the job is suspended", start, None, failed
         )
     active = int(status.get("active", 0) or 0)
-    restarts = int(status.get("restarts", 0) or 0)  # JobSet
     if failed > 0 and active == 0:
         message = f"{failed} pod failure(s); waiting for replacements"
         return ChildState(Phase.RESTARTING, "PodFailed", message, start, None, failed)
     if active > 0:
         message = f"{active} pod(s) active" + (f", {failed} failed before" if failed else "")
-        if restarts:
-            message += f", {restarts} restart(s)"
         return ChildState(Phase.RUNNING, "PodsActive", message, start, None, failed)
     return ChildState(Phase.LAUNCHING, "PodsPending", "waiting for pods", start, None, failed)
+
+
+JOBSET_KIND: Final = "JobSet"
+JOBSET_RESTARTING = "JobSetRestarting"
+"""Reason of the Restarting phase of a JobSet that recreates its Jobs."""
+
+
+def jobset_start_time(jobset: Mapping[str, Any]) -> str | None:
+    """When a JobSet started, as a Job's `startTime` says it (the Job controller sets it
+    when it starts a Job, and again each time the Job is resumed): a JobSet has no start
+    time of its own, so this is its `metadata.creationTimestamp` (its controller creates
+    the Jobs at once), or, once resumed, the `lastTransitionTime` of its `Suspended=False`
+    condition (reason ResumeJobs, written on each resume); None while it is suspended."""
+    suspended = _condition(jobset, "Suspended")
+    if suspended is not None:
+        return _time_of(suspended) if suspended.get("status") == "False" else None
+    if (jobset.get("spec") or {}).get("suspend"):
+        return None
+    created = (jobset.get("metadata") or {}).get("creationTimestamp")
+    return str(created) if created else None
+
+
+def jobset_state(jobset: Mapping[str, Any]) -> ChildState:
+    """Map a JobSet's status (jobset.x-k8s.io/v1alpha2) to a plan phase, as the JobSet
+    controller of kubernetes-sigs/jobset v0.12.0 writes it (`pkg/controllers/
+    jobset_controller.go`, `failure_policy.go`; fields in `jobset_types.go`):
+
+    - Succeeded: condition `Completed=True` (or `terminalState: Completed`), completed at
+      its `lastTransitionTime`.
+    - Failed: condition `Failed=True` (or `terminalState: Failed`), with its reason
+      (`FailedJobs`, `ReachedMaxRestarts`, `FailJobSetFailurePolicyAction`) and message,
+      ended at its `lastTransitionTime`.
+    - Suspended: condition `Suspended=True`, or `spec.suspend`.
+    - Restarting: a Job failed and the failure policy recreates all Jobs: `restarts` goes
+      up by one and `RestartingJobSet=True` until every Job is ready again (then False,
+      reason JobsReady; the condition is v0.12.0's). Before v0.12.0 there is no such
+      condition: restarted (`restarts` > 0) and its Jobs not all ready
+      (`replicatedJobsStatus[].ready + succeeded` below the replicas). Also a failed Job
+      not yet acted upon (`replicatedJobsStatus[].failed` > 0).
+    - Running: a Job with active pods (`replicatedJobsStatus[].active`, pending or
+      running, as a Job's `active`) or ready; otherwise Launching.
+
+    The counts are of child Jobs (trainplan's JobSet has one: `node`, one replica), not
+    pods. The start time is `jobset_start_time`; the failure count is
+    `monitor.workload_failures` (restarts, plus the failed Jobs of a failed JobSet)."""
+    status = jobset.get("status") or {}
+    start = jobset_start_time(jobset)
+    failures = workload_failures(jobset)
+    terminal = status.get("terminalState")
+    complete = _true_condition(jobset, "Completed")
+    if complete is not None or terminal == "Completed":
+        done = _time_of(complete)
+        return ChildState(
+            Phase.SUCCEEDED, "JobComplete", "training completed", start, done, failures
+        )
+    failure = _true_condition(jobset, "Failed")
+    if failure is not None or terminal == "Failed":
+        reason = str((failure or {}).get("reason") or "JobSetFailed")
+        message = str((failure or {}).get("message") or "the training JobSet failed")
+        return ChildState(Phase.FAILED, reason, message, start, _time_of(failure), failures)
+    if _true_condition(jobset, "Suspended") is not None or (jobset.get("spec") or {}).get(
+        "suspend"
+    ):
+        return ChildState(
+            Phase.SUSPENDED, "JobSuspended", "the JobSet is suspended", None, None, failures
+        )
+    jobs = _replicated_job_counts(jobset)
+    restarts = _count(status.get("restarts"))
+    restarting = _condition(jobset, "RestartingJobSet")
+    not_ready = jobs["ready"] + jobs["succeeded"] < _replicas(jobset)
+    if restarting is not None and restarting.get("status") == "True":
+        message = f"restart {restarts}: {restarting.get('message') or 'recreating its Jobs'}"
+        return ChildState(Phase.RESTARTING, JOBSET_RESTARTING, message, start, None, failures)
+    if (restarting is None and restarts > 0 and not_ready) or jobs["failed"] > 0:
+        message = (
+            f"restart {restarts}: waiting for the recreated Jobs' pods to be ready"
+            if not jobs["failed"]
+            else f"{jobs['failed']} Job(s) failed; the JobSet controller restarts or fails it"
+        )
+        return ChildState(Phase.RESTARTING, JOBSET_RESTARTING, message, start, None, failures)
+    if jobs["active"] > 0 or jobs["ready"] > 0:
+        message = f"{jobs['active']} Job(s) with active pods, {jobs['ready']} ready" + (
+            f", {restarts} restart(s)" if restarts else ""
+        )
+        return ChildState(Phase.RUNNING, "PodsActive", message, start, None, failures)
+    return ChildState(Phase.LAUNCHING, "PodsPending", "waiting for pods", start, None, failures)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _replicated_job_counts(jobset: Mapping[str, Any]) -> dict[str, int]:
+    """`replicatedJobsStatus` summed over the replicated jobs."""
+    totals = dict.fromkeys(("active", "ready", "failed", "succeeded", "suspended"), 0)
+    for entry in (jobset.get("status") or {}).get("replicatedJobsStatus") or []:
+        if isinstance(entry, Mapping):
+            for key in totals:
+                totals[key] += _count(entry.get(key))
+    return totals
+
+
+def _replicas(jobset: Mapping[str, Any]) -> int:
+    """The JobSet's child Jobs: `spec.replicatedJobs[].replicas` (1 when left out)."""
+    replicated = (jobset.get("spec") or {}).get("replicatedJobs") or []
+    total = sum(
+        entry.get("replicas", 1) if isinstance(entry.get("replicas", 1), int) else 1
+        for entry in replicated
+        if isinstance(entry, Mapping)
+    )
+    return max(total, 1)
 
 
 JOB_DELETED = "JobDeleted"

@@ -30,7 +30,10 @@ Rules worth knowing:
   `podReplacementPolicy: Failed`, and a pod failure policy that ignores disruptions
   (the `DisruptionTarget` condition: preemption, eviction, node drain; they do not count
   against the backoff limit) and fails the Job at once on the exit codes of
-  `env.FAIL_JOB_EXIT_CODES` (2 usage error, 3 configuration error).
+  `env.FAIL_JOB_EXIT_CODES` (2 usage error, 3 configuration error). A JobSet restarts
+  as a whole instead (`jobset_failure_policy`): its Job has `backoffLimit: 0`, and its
+  failure policy recreates all Jobs up to `reliability.maxRestarts` times, but fails the
+  JobSet at once when the Job failed by that pod failure policy.
 - Kueue: with `job.queueName` the Job or JobSet carries `kueue.x-k8s.io/queue-name` and
   is created suspended (`suspend: true`): Kueue unsuspends it on admission, so whoever
   applies the objects must not reset `suspend` on an existing one. Without a queue,
@@ -516,14 +519,43 @@ def pod_failure_policy() -> dict[str, Any]:
     }
 
 
+JOBSET_FAIL_RULE: Final = "UsageOrConfigurationError"
+"""The JobSet failure policy rule that fails the JobSet when its Job failed by the pod
+failure policy (reason PodFailurePolicy: the exit codes of `env.FAIL_JOB_EXIT_CODES`)."""
+
+
+def jobset_failure_policy(spec: TrainingPlanSpec) -> dict[str, Any]:
+    """A JobSet's `failurePolicy`: a failed Job restarts the whole JobSet (all its Jobs
+    recreated, `status.restarts` + 1) at most `reliability.maxRestarts` times, as JobSet
+    recommends for its Jobs of `backoffLimit: 0`; a Job failed by the pod failure policy
+    (a usage or configuration error: restarting cannot help) fails the JobSet at once.
+    Fields and actions of kubernetes-sigs/jobset v0.12.0 (`api/jobset/v1alpha2/
+    jobset_types.go`, FailurePolicy; rules since v0.6.0)."""
+    return {
+        "maxRestarts": spec.reliability.max_restarts,
+        "rules": [
+            {
+                "name": JOBSET_FAIL_RULE,
+                "action": "FailJobSet",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+            }
+        ],
+    }
+
+
 def _job_spec(
-    spec: TrainingPlanSpec, plan: Plan, template: dict[str, Any], suspend: bool | None
+    spec: TrainingPlanSpec,
+    plan: Plan,
+    template: dict[str, Any],
+    suspend: bool | None,
+    *,
+    backoff_limit: int | None = None,
 ) -> dict[str, Any]:
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": plan.nodes,
         "parallelism": plan.nodes,
-        "backoffLimit": spec.reliability.max_restarts,
+        "backoffLimit": spec.reliability.max_restarts if backoff_limit is None else backoff_limit,
         "podFailurePolicy": pod_failure_policy(),
         "podReplacementPolicy": "Failed",
     }
@@ -630,13 +662,14 @@ def render(
                 "spec": {
                     "network": {"enableDNSHostnames": True, "subdomain": job},
                     "suspend": suspend,
+                    "failurePolicy": jobset_failure_policy(spec),
                     "replicatedJobs": [
                         {
                             "name": REPLICATED_JOB_NAME,
                             "replicas": 1,
                             "template": {
                                 "metadata": {"labels": dict(labels)},
-                                "spec": _job_spec(spec, plan, template, None),
+                                "spec": _job_spec(spec, plan, template, None, backoff_limit=0),
                             },
                         }
                     ],

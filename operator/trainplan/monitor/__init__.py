@@ -2,7 +2,13 @@
 its failures (Job and Pod status, each counted once). Parsing is pure; `scrape` does
 network I/O. Reads Pods and Jobs as dicts handed in; talks to no Kubernetes API itself."""
 
-from trainplan.monitor.failures import Failure, FailureLedger, observe_failures, pod_failures
+from trainplan.monitor.failures import (
+    Failure,
+    FailureLedger,
+    observe_failures,
+    pod_failures,
+    workload_failures,
+)
 from trainplan.monitor.metrics import (
     GpuMetrics,
     GpuUsage,
@@ -28,4 +34,5 @@ __all__ = [
     "query_prometheus",
     "scrape",
     "summarize_gpus",
+    "workload_failures",
 ]

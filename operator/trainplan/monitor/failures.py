@@ -3,9 +3,10 @@ often it is observed (pure).
 
 A failure is identified by what Kubernetes keeps about it: a container's restart
 (pod uid, container, restart number), or a failed pod (pod uid); the Job's `failed`
-counter covers pods already deleted. Reasons: the container's terminated reason
-(OOMKilled, Error, ...) and exit code, the pod's reason (Evicted, NodeLost, ...), or its
-DisruptionTarget condition (preemption, eviction, node drain).
+counter (`workload_failures`; a JobSet's restarts) covers pods already deleted.
+Reasons: the container's terminated reason (OOMKilled, Error, ...) and exit code, the
+pod's reason (Evicted, NodeLost, ...), or its DisruptionTarget condition (preemption,
+eviction, node drain).
 """
 
 from __future__ import annotations
@@ -39,6 +40,34 @@ class FailureLedger:
         pod_failures = sum(1 for key in self.keys if key[0] == "pod")
         restarts = len(self.keys) - pod_failures
         return restarts + max(pod_failures, self.job_failed)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def workload_failures(workload: Mapping[str, Any]) -> int:
+    """The failures a Job's or JobSet's own status counts. A batch/v1 Job: `failed`
+    (its failed pods). A JobSet (kubernetes-sigs/jobset v0.12.0, `api/jobset/v1alpha2/
+    jobset_types.go`) counts Jobs, not pods: each failure its failure policy answered
+    with a restart, `restarts` (all Jobs recreated) plus `replicatedJobsStatus[].
+    jobRestarts` (one Job recreated); and, once it has failed (`terminalState: Failed`),
+    the failed Jobs that ended it (`replicatedJobsStatus[].failed`). While it runs on, a
+    failed Job is the one its latest restart answers (`failure_policy.go` counts the
+    restart in the same status write), so it is not counted twice."""
+    status = workload.get("status") or {}
+    if workload.get("kind") != "JobSet":
+        return int(status.get("failed", 0) or 0)
+    replicated = [r for r in status.get("replicatedJobsStatus") or [] if isinstance(r, Mapping)]
+    count = _count(status.get("restarts"))
+    count += sum(_count(n) for r in replicated for n in r.get("jobRestarts") or [])
+    failed = any(
+        isinstance(c, Mapping) and c.get("type") == "Failed" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    if failed or status.get("terminalState") == "Failed":
+        count += sum(_count(r.get("failed")) for r in replicated)
+    return count
 
 
 def _terminated_reason(state: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -80,7 +109,7 @@ def pod_failures(pod: Mapping[str, Any]) -> list[Failure]:
 def observe_failures(
     ledger: FailureLedger, pods: Iterable[Mapping[str, Any]], job: Mapping[str, Any] | None
 ) -> FailureLedger:
-    """The ledger after looking at the Job's pods and the Job itself."""
+    """The ledger after looking at the Job's pods and the Job (or JobSet) itself."""
     keys = set(ledger.keys)
     last = ledger.last
     for pod in pods:
@@ -90,5 +119,5 @@ def observe_failures(
                 last = failure
     job_failed = ledger.job_failed
     if job is not None:
-        job_failed = max(job_failed, int((job.get("status", {}) or {}).get("failed", 0) or 0))
+        job_failed = max(job_failed, workload_failures(job))
     return replace(ledger, keys=frozenset(keys), job_failed=job_failed, last=last)
