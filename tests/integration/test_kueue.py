@@ -157,9 +157,9 @@ async def test_kueues_admission_is_the_plans_admitted_condition(
     }
     await _workload_status(cluster, workload, {"conditions": [pending]})
     await cluster.wait_for(
-        lambda: _admitted(cluster, "admitted")[:2] == ("False", "Pending"), "Admitted=False"
+        lambda: "insufficient quota" in _admitted(cluster, "admitted")[2], "Kueue's message"
     )
-    assert "insufficient quota" in _admitted(cluster, "admitted")[2]
+    assert _admitted(cluster, "admitted")[:2] == ("False", "Pending")
 
     admitted = {
         "conditions": [

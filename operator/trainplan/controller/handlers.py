@@ -4,9 +4,10 @@ objects through `trainplan.cluster` and writes status once (Kopf's `patch`)."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -201,16 +202,21 @@ def build_registry(
         context = _context(memo)
         now = context.clock()
         api = context.api()
+        # Kopf's body follows new events while the revision awaits: the status is revised
+        # from, and written onto, the version seen here, so that a write made meanwhile
+        # (the child's phase, Kueue's admission) makes this one fail, not vanish.
+        snapshot = kopf.Body(cast(kopf.RawBody, copy.deepcopy(dict(body))))
+        seen_version = snapshot.meta.get("resourceVersion")
         try:
-            update = await context.revisions.revise(body, api, now)
+            update = await context.revisions.revise(snapshot, api, now)
             await api.patch(
                 API_VERSION,
                 TRAINING_PLAN_KIND,
-                body.meta.namespace or "default",
-                body.meta.name or "",
+                snapshot.meta.namespace or "default",
+                snapshot.meta.name or "",
                 {"status": update.status},
                 subresource="status",
-                resource_version=body.meta.get("resourceVersion"),
+                resource_version=seen_version,
             )
             for event_type, reason, message in update.events:
                 await api.create(event_for(body, event_type, reason, message, now.isoformat()))
@@ -218,7 +224,7 @@ def build_registry(
             return  # the status changed meanwhile (the Job's phase): revised again next time
         except KubernetesApiError as error:
             raise kopf.TemporaryError(f"revising the ETA: {error}", delay=10) from error
-        _record(context, body, _merged(body.get("status", {}) or {}, update.status))
+        _record(context, snapshot, _merged(snapshot.get("status", {}) or {}, update.status))
 
     @kopf.on.delete(*_PLANS, optional=True, registry=registry)
     async def forget(*, body: kopf.Body, memo: Any, **_: Any) -> None:
