@@ -23,6 +23,7 @@ import kmock
 import kopf
 from aiohttp import web
 
+from trainplan.api import PLAN_LABEL
 from trainplan.controller import ControllerContext, OperatorConfig, run_operator
 from trainplan.planner import Catalog
 
@@ -317,6 +318,29 @@ class Cluster:
             {"status": status},
         )
         assert code == 200, answer
+
+    async def create_rank0_pod(
+        self, plan_name: str, job: str, status: dict[str, Any], namespace: str = "default"
+    ) -> None:
+        """What the Job controller and the kubelet make of a plan's Job: its rank-0 pod
+        (completion index 0, the plan's label) with `status`."""
+        code, answer = await self._call(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{job}-0-abcde",
+                    "namespace": namespace,
+                    "uid": f"pod-{plan_name}",
+                    "labels": {PLAN_LABEL: plan_name},
+                    "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+                },
+                "status": status,
+            },
+        )
+        assert code in (200, 201), answer
 
     def objects(self, resource: str, namespace: str = "default") -> dict[str, dict[str, Any]]:
         """Live (not deleted) objects of a resource, by name."""

@@ -207,23 +207,7 @@ async def test_malformed_and_missing_budgets_are_reported(
 
 async def _running_pod(cluster: Cluster, plan_name: str, job: str) -> None:
     """The Job's rank-0 pod, running on 127.0.0.1 (where the test's metrics are served)."""
-    code, answer = await cluster._call(
-        "POST",
-        "/api/v1/namespaces/default/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{job}-0-abcde",
-                "namespace": "default",
-                "uid": f"pod-{plan_name}",
-                "labels": {"trainplan.dev/plan": plan_name},
-                "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
-            },
-            "status": {"phase": "Running", "podIP": "127.0.0.1"},
-        },
-    )
-    assert code in (200, 201), answer
+    await cluster.create_rank0_pod(plan_name, job, {"phase": "Running", "podIP": "127.0.0.1"})
 
 
 def _entry(cluster: Cluster, name: str) -> dict[str, Any]:

@@ -194,23 +194,7 @@ async def _running(
     status: dict[str, Any] = {"phase": "Running", "containerStatuses": [container]}
     if pod_ip is not None:
         status["podIP"] = pod_ip
-    code, answer = await cluster._call(
-        "POST",
-        "/api/v1/namespaces/default/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{job}-0-abcde",
-                "namespace": "default",
-                "uid": f"pod-{name}",
-                "labels": {"trainplan.dev/plan": name},
-                "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
-            },
-            "status": status,
-        },
-    )
-    assert code in (200, 201), answer
+    await cluster.create_rank0_pod(name, job, status)
     await cluster.write_job_status(job, {"active": 1, "startTime": _now(), **(job_status or {})})
     await cluster.wait_for_phase(name, "Running")
     return job
