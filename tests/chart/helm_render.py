@@ -45,8 +45,11 @@ the PrometheusRule and the dashboard (the CRDs and the metrics Service are on an
 SELF_SIGNED: Final[Mapping[str, Any]] = {
     "webhook": {"enabled": True, "certificate": {"mode": "selfSigned"}},
     "operator": {"watchNamespaces": ["team-a", "team-b"]},
+    "replicaCount": 1,
+    "peering": {"enabled": False},
 }
-"""The other webhook mode, with a namespace-restricted operator."""
+"""The other webhook mode, with a namespace-restricted operator: one standalone replica
+(each replica would write its own self-signed CA into the webhook configuration)."""
 
 MANIFESTS: Final[Mapping[str, tuple[Mapping[str, Any], str]]] = {
     "trainplan.yaml": ({}, "the chart's default values"),
@@ -161,15 +164,30 @@ def render(
         )
     found: list[Rendered] = []
     for source in sorted(templates):
-        if source.endswith("NOTES.txt"):
-            continue
-        for part in _SEPARATOR.split(templates[source]):
-            document = yaml.safe_load(part)
-            if document is None:
-                continue
-            assert isinstance(document, dict), f"{source}: not a YAML mapping: {part[:200]}"
-            found.append(Rendered(source, part.strip("\n") + "\n", document))
+        if not source.endswith("NOTES.txt"):
+            found.extend(_documents(source, templates[source]))
     return sorted(found, key=_order)
+
+
+def _documents(source: str, text: str) -> list[Rendered]:
+    found = []
+    for part in _SEPARATOR.split(text):
+        document = yaml.safe_load(part)
+        if document is None:
+            continue
+        assert isinstance(document, dict), f"{source}: not a YAML mapping: {part[:200]}"
+        found.append(Rendered(source, part.strip("\n") + "\n", document))
+    return found
+
+
+def chart_crds(chart_dir: Path = CHART_DIR) -> list[Rendered]:
+    """The CRDs of the chart's crds/ directory (Kopf's peering), which Helm installs
+    before the templates and `helm template --include-crds` prints first."""
+    found: list[Rendered] = []
+    for path in sorted((chart_dir / "crds").glob("*.yaml")):
+        source = f"{chart_dir.name}/crds/{path.name}"
+        found.extend(_documents(source, path.read_text(encoding="utf-8")))
+    return found
 
 
 def notes(values: Mapping[str, Any] | None = None, *, chart_dir: Path = CHART_DIR) -> str:
@@ -203,8 +221,9 @@ def manifest_text(rendered: list[Rendered], description: str) -> str:
 
 def manifest_files(chart_dir: Path = CHART_DIR) -> dict[str, str]:
     """The texts of deploy/manifests/, by file name."""
+    crds = chart_crds(chart_dir)
     return {
-        name: manifest_text(render(values, chart_dir=chart_dir), description)
+        name: manifest_text(crds + render(values, chart_dir=chart_dir), description)
         for name, (values, description) in MANIFESTS.items()
     }
 

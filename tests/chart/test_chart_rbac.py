@@ -75,6 +75,7 @@ MODES: Final[Mapping[str, Mapping[str, Any]]] = {
     "default": {},
     "all-on": ALL_ON,
     "self-signed": SELF_SIGNED,
+    "peered-in-namespaces": {"operator": {"watchNamespaces": ["team-a", "team-b"]}},
 }
 SPEC: Final[Mapping[str, Any]] = {
     "model": {"preset": "pythia-1b"},
@@ -89,7 +90,12 @@ SPEC: Final[Mapping[str, Any]] = {
 
 
 CLUSTER_SCOPED: Final = frozenset(
-    {"customresourcedefinitions", "namespaces", "validatingwebhookconfigurations"}
+    {
+        "customresourcedefinitions",
+        "namespaces",
+        "validatingwebhookconfigurations",
+        "clusterkopfpeerings",
+    }
 )
 """The resources of the rules that no Role can grant."""
 
@@ -139,6 +145,7 @@ def launch_of(rendered: list[Rendered]) -> Launch:
         webhook_port=params["webhook_port"],
         webhook_host=params["webhook_host"],
         webhook_managed=params["webhook_managed"],
+        peering_name=params["peering_name"],
     )
     return Launch(config, tuple(params["namespaces"]))
 
@@ -412,6 +419,12 @@ def kopf_rules(launch: Launch, driven: Drive) -> set[Rule]:
     }
     if launch.namespaces:
         rules |= {("", "namespaces", "list"), ("", "namespaces", "watch")}
+    if launch.config.peering_name is not None:
+        # The peering observer lists and watches the peering objects, and the keep-alive
+        # patches this replica's record (`kopf._core.engines.peering`): ClusterKopfPeering
+        # cluster-wide, KopfPeering when restricted to namespaces.
+        plural = "kopfpeerings" if launch.namespaces else "clusterkopfpeerings"
+        rules |= {("kopf.dev", plural, verb) for verb in ("list", "watch", "patch")}
     if settings.admission.managed is not None and registry._webhooks.get_all_handlers():
         rules |= {
             ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "create"),
@@ -452,10 +465,16 @@ def test_the_modes_differ_as_documented(mode: dict[str, Any]) -> None:
     webhooks = {rule for rule in grants if rule[1] == "validatingwebhookconfigurations"}
     assert bool(namespaces) == bool(launch.namespaces)
     assert bool(webhooks) == (launch.config.webhook_managed is not None)
-    (role,) = [item.object for item in mode["rendered"] if item.kind == "ClusterRole"]
-    for rule in role["rules"]:
-        if rule["resources"] == ["validatingwebhookconfigurations"] and "patch" in rule["verbs"]:
-            assert rule["resourceNames"] == [launch.config.webhook_managed]
+    roles = [item.object for item in mode["rendered"] if item.kind in ("ClusterRole", "Role")]
+    names_by_resource = {
+        "validatingwebhookconfigurations": launch.config.webhook_managed,
+        "clusterkopfpeerings": launch.config.peering_name,
+        "kopfpeerings": launch.config.peering_name,
+    }
+    for rule in (rule for role in roles for rule in role["rules"]):
+        (resource, *_) = rule["resources"]
+        if resource in names_by_resource and "patch" in rule["verbs"]:
+            assert rule["resourceNames"] == [names_by_resource[resource]]
         else:
             assert "resourceNames" not in rule
 

@@ -36,6 +36,7 @@ from tests.chart.helm_render import (
     REPO_ROOT,
     SELF_SIGNED,
     Rendered,
+    chart_crds,
     manifest_files,
     notes,
     render,
@@ -119,6 +120,8 @@ CUSTOM_KINDS: Final = {
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("cert-manager.io/v1", "Certificate"),
     ("cert-manager.io/v1", "Issuer"),
+    ("kopf.dev/v1", "ClusterKopfPeering"),
+    ("kopf.dev/v1", "KopfPeering"),
 }
 """Kinds of other projects' CRDs, for which kubernetes-validate has no schema."""
 
@@ -214,6 +217,7 @@ def test_every_object_is_known(variant: tuple[str, list[Rendered]]) -> None:
         ("rbac.authorization.k8s.io/v1", "Role"),
         ("rbac.authorization.k8s.io/v1", "RoleBinding"),
         ("networking.k8s.io/v1", "NetworkPolicy"),
+        ("policy/v1", "PodDisruptionBudget"),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
         ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
     }
@@ -249,12 +253,11 @@ def test_values_schema_covers_every_value() -> None:
 # --- the operator's Deployment ------------------------------------------------------------
 
 
-def test_the_deployment_runs_one_hardened_operator(variant: tuple[str, list[Rendered]]) -> None:
+def test_the_deployment_runs_hardened_operators(variant: tuple[str, list[Rendered]]) -> None:
+    """(Replicas, peering and the update strategy: tests/chart/test_chart_peering.py.)"""
     rendered = variant[1]
     deployment = one(rendered, "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert isinstance(pod["securityContext"]["runAsUser"], int)
@@ -676,7 +679,7 @@ def test_deploy_manifests_hold_the_rendered_objects() -> None:
         "kind": "Namespace",
         "metadata": {"name": "trainplan"},
     }
-    assert documents[1:] == [item.object for item in render({})]
+    assert documents[1:] == [item.object for item in chart_crds() + render({})]
 
 
 def test_the_image_runs_the_operator_as_the_charts_user() -> None:

@@ -12,15 +12,21 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import os
+import signal
+import socket
+import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import aiohttp
 import attrs
 import kmock
 import kopf
+import yaml
 from aiohttp import web
 
 from trainplan.api import PLAN_LABEL
@@ -33,6 +39,7 @@ SERVICES = "v1/services"
 CONFIG_MAPS = "v1/configmaps"
 JOBSETS = "jobset.x-k8s.io/v1alpha2/jobsets"
 WORKLOADS = "kueue.x-k8s.io/v1beta1/workloads"
+CLUSTER_PEERINGS = "kopf.dev/v1/clusterkopfpeerings"
 WAIT_SECONDS = 15.0
 
 RESOURCES: dict[str, dict[str, Any]] = {
@@ -62,6 +69,12 @@ CLUSTER_RESOURCES: dict[str, dict[str, Any]] = {
         "subresources": set(),
     },
     "v1/namespaces": {"kind": "Namespace", "singular": "namespace", "subresources": set()},
+    # Kopf's peering (`trainplan operator --peering`); standalone operators ignore it.
+    CLUSTER_PEERINGS: {
+        "kind": "ClusterKopfPeering",
+        "singular": "clusterkopfpeering",
+        "subresources": set(),
+    },
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 
@@ -86,6 +99,15 @@ class ResourceVersionConflictError(kmock.KubernetesError):
     status: int = 422
     reason: str = "Invalid"
     message: str = "the resourceVersion test of the JSON patch failed: the object changed"
+
+
+@attrs.frozen
+class InternalServerError(kmock.KubernetesError):
+    """What the API server answers when etcd is slow."""
+
+    status: int = 500
+    reason: str = "InternalError"
+    message: str = "etcdserver: request timed out"
 
 
 @attrs.frozen
@@ -342,8 +364,25 @@ class Cluster:
         )
         assert code in (200, 201), answer
 
-    def objects(self, resource: str, namespace: str = "default") -> dict[str, dict[str, Any]]:
-        """Live (not deleted) objects of a resource, by name."""
+    async def create_cluster_peering(self, name: str) -> None:
+        """The ClusterKopfPeering `name` (the chart creates it; the operator never does)."""
+        code, answer = await self._call(
+            "POST",
+            "/apis/kopf.dev/v1/clusterkopfpeerings",
+            {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}},
+        )
+        assert code in (200, 201), answer
+
+    def peers(self, name: str) -> dict[str, Any]:
+        """The operators recorded in the ClusterKopfPeering `name`, by identity."""
+        peering = self.objects(CLUSTER_PEERINGS, namespace=None).get(name, {})
+        return dict(peering.get("status") or {})
+
+    def objects(
+        self, resource: str, namespace: str | None = "default"
+    ) -> dict[str, dict[str, Any]]:
+        """Live (not deleted) objects of a resource, by name (namespace None: a
+        cluster-scoped resource)."""
         found = {}
         for key, obj in self.emulator.objects.items():
             res, ns, name = key
@@ -495,3 +534,111 @@ class TrainingPod:
             "# TYPE trainplan_gpu_memory_total_bytes gauge\n"
             'trainplan_gpu_memory_total_bytes{gpu="0"} 8e10\n'
         )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class OperatorCommand:
+    """`trainplan operator` as a real process against the emulator, in its own process
+    group: it logs in with a kubeconfig whose bearer token is `token` (so the emulator's
+    requests tell operators apart) and serves its liveness endpoint on 127.0.0.1."""
+
+    def __init__(
+        self, cluster: Cluster, workdir: Path, *args: str, token: str = "test-token"
+    ) -> None:
+        self.cluster = cluster
+        self.workdir = workdir
+        self.args: Sequence[str] = args
+        self.token = token
+        self.liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        self.log_path = workdir / f"{token}.log"
+        self.process: asyncio.subprocess.Process | None = None
+        self._log: IO[str] | None = None
+
+    def _kubeconfig(self) -> Path:
+        path = self.workdir / f"{self.token}.kubeconfig"
+        cluster = {"name": "kmock", "cluster": {"server": self.cluster.url}}
+        context = {"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [cluster],
+                    "users": [{"name": "tester", "user": {"token": self.token}}],
+                    "contexts": [context],
+                    "current-context": "kmock",
+                }
+            )
+        )
+        return path
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    async def _healthy(self) -> bool:
+        try:
+            async with aiohttp.ClientSession() as session, session.get(self.liveness) as answer:
+                return answer.status == 200
+        except aiohttp.ClientError:
+            return False
+
+    async def start(self, env: dict[str, str] | None = None) -> None:
+        """Start it and wait for its liveness endpoint."""
+        script = Path(sys.executable).parent / "trainplan"
+        self._log = self.log_path.open("w")
+        self.process = await asyncio.create_subprocess_exec(
+            str(script),
+            "operator",
+            "--liveness",
+            self.liveness,
+            "--metrics-port",
+            "0",
+            "--metrics-address",
+            "127.0.0.1",
+            *self.args,
+            env={
+                "KUBECONFIG": str(self._kubeconfig()),
+                "PATH": str(script.parent),
+                "HOME": str(self.workdir),
+                **(env or {}),
+            },
+            stdout=self._log,
+            stderr=self._log,
+            start_new_session=True,
+        )
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await self._healthy():
+            assert self.process.returncode is None, self.log()
+            assert asyncio.get_running_loop().time() < deadline, "no liveness endpoint"
+            await asyncio.sleep(0.2)
+
+    def kill(self) -> None:
+        """SIGKILL its process group: no goodbye, no clean-up (a node lost, an OOM kill)."""
+        if self.process is not None and self.process.returncode is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+    async def stop(self, timeout_seconds: float = 30) -> int:
+        """SIGTERM, wait, and SIGKILL the group if it outlives `timeout_seconds`; the
+        process's exit code (negative: the signal that ended it)."""
+        process = self.process
+        if process is None:
+            return 0
+        try:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+            try:
+                return await asyncio.wait_for(process.wait(), timeout_seconds)
+            except TimeoutError:
+                os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+                raise
+        finally:
+            if self._log is not None:
+                self._log.close()

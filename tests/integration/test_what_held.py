@@ -43,6 +43,7 @@ from tests.integration.harness import (
     SERVICES,
     TRAINING_PLANS,
     Cluster,
+    InternalServerError,
     OperatorProcess,
     VersionedEmulator,
 )
@@ -241,15 +242,6 @@ async def test_twenty_plans_at_once_never_overspend_one_budget(
 
 
 # --- API faults during a launch -------------------------------------------------------------
-
-
-@attrs.frozen
-class InternalServerError(kmock.KubernetesError):
-    """What the API server answers when etcd is slow."""
-
-    status: int = 500
-    reason: str = "InternalError"
-    message: str = "etcdserver: request timed out"
 
 
 @attrs.frozen

@@ -132,3 +132,13 @@ every namespace, else in a Role of each watched namespace. */}}
   resources: ["events"]
   verbs: ["create"]
 {{- end }}
+
+{{/* Refuse replica settings that would run two operators on the same plans. */}}
+{{- define "trainplan.checkReplicas" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.peering.enabled) }}
+{{- fail "replicaCount above 1 needs peering.enabled: standalone operators would each handle every plan" }}
+{{- end }}
+{{- if and .Values.peering.enabled (include "trainplan.webhookManaged" .) }}
+{{- fail "webhook.certificate.mode selfSigned makes each replica write its own CA into the webhook configuration: use certManager, or peering.enabled=false with replicaCount=1" }}
+{{- end }}
+{{- end }}

@@ -117,6 +117,31 @@ from trainplan.planner import load_catalog
         " then refuses clients without a certificate signed by it."
     ),
 )
+@click.option(
+    "--peering",
+    "peering_name",
+    metavar="NAME",
+    default=None,
+    help=(
+        "Run as one of several replicas: the Kopf peering objects NAME (ClusterKopfPeering,"
+        " or a KopfPeering in each watched namespace) elect one to work; the others stand"
+        " by and serve the webhook. Default: standalone (one replica only)."
+    ),
+)
+@click.option(
+    "--peering-priority",
+    type=click.IntRange(min=0, max=(1 << 53) - 1),
+    default=None,
+    help="This replica's peering priority (the highest works); default: the older, the higher.",
+)
+@click.option(
+    "--peering-lifetime",
+    "peering_lifetime_seconds",
+    type=click.IntRange(min=1, max=3600),
+    default=OperatorConfig().peering_lifetime_seconds,
+    show_default=True,
+    help="Seconds a peering record lives: a standby takes over this long after a leader dies.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def command(
     *,
@@ -135,6 +160,9 @@ def command(
     webhook_cert_dir: Path | None,
     webhook_managed: str | None,
     webhook_client_ca: Path | None,
+    peering_name: str | None,
+    peering_priority: int | None,
+    peering_lifetime_seconds: int,
     verbose: bool,
 ) -> None:
     """Run the trainplan operator (Kopf) with the in-cluster service account, or the
@@ -144,6 +172,14 @@ def command(
         webhook_cert_dir or webhook_managed or webhook_host or webhook_client_ca
     ):
         raise click.UsageError("the --webhook-* options need --webhook-port")
+    if peering_name is None and peering_priority is not None:
+        raise click.UsageError("--peering-priority needs --peering")
+    if peering_name is not None and webhook_managed is not None:
+        raise click.UsageError(
+            "--webhook-managed writes each replica's own self-signed CA into the webhook"
+            " configuration; with --peering, give every replica the same certificate"
+            " (--webhook-cert-dir)"
+        )
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -165,6 +201,9 @@ def command(
         webhook_managed=webhook_managed,
         webhook_client_ca_path=None if webhook_client_ca is None else str(webhook_client_ca),
         webhook_namespaces=tuple(namespaces),
+        peering_name=peering_name,
+        peering_priority=peering_priority,
+        peering_lifetime_seconds=peering_lifetime_seconds,
     )
     context = ControllerContext(catalog=load_catalog(), config=config)
     asyncio.run(run_operator(context, namespaces=namespaces, liveness_endpoint=liveness or None))

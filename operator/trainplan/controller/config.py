@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import kopf
 
@@ -79,9 +80,45 @@ class OperatorConfig:
     """The namespaces whose plans the webhook judges (the operator's watched namespaces);
     a plan elsewhere is allowed without a look at any budget. Empty: every namespace."""
 
+    peering_name: str | None = None
+    """Run as one of several replicas through Kopf's peering objects of this name (the
+    ClusterKopfPeering cluster-wide; with watched namespaces, the KopfPeering in each):
+    only the replica with the highest priority handles plans and budgets, the others
+    stand by, serve the admission webhook and take over when its record expires. The
+    objects must exist; until they do, the operator pauses. None: standalone (one
+    replica only)."""
+    peering_priority: int | None = None
+    """This replica's peering priority; None: from its start time
+    (`seniority_priority`), so a running leader keeps the lead over replicas started
+    after it."""
+    peering_lifetime_seconds: int = 60
+    """How long this replica's peering record counts as alive: it renews it 5-10 s before
+    it expires, and a standby takes over at most this long after the leader is killed
+    without a goodbye (a clean stop removes the record at once)."""
+
     def __post_init__(self) -> None:
         if (self.webhook_cert_path is None) != (self.webhook_key_path is None):
             raise ValueError("webhook_cert_path and webhook_key_path are given together")
+        if self.peering_lifetime_seconds < 1:
+            raise ValueError("peering_lifetime_seconds is at least 1")
+
+
+PRIORITY_TIEBREAK_VALUES = 1024
+"""How many tie-breaking values `seniority_priority` adds below the start millisecond."""
+_MILLISECONDS_CEILING = 1 << 42
+"""A start time in ms since the Unix epoch below this (the year 2109) gives a positive
+priority; every priority stays below 2**53, an integer exact in JSON's doubles."""
+
+
+def seniority_priority(started: datetime, tiebreak: int) -> int:
+    """A peering priority that is higher the earlier the replica `started` (tz-aware):
+    Kopf lets only the highest-priority live peer work and pauses every peer with an
+    equal one, so the oldest replica leads, and `tiebreak` (0 to 1023, drawn at random)
+    separates two replicas that start in the same millisecond."""
+    if not 0 <= tiebreak < PRIORITY_TIEBREAK_VALUES:
+        raise ValueError(f"tiebreak is in [0, {PRIORITY_TIEBREAK_VALUES})")
+    milliseconds = int(started.timestamp() * 1000)
+    return (_MILLISECONDS_CEILING - milliseconds) * PRIORITY_TIEBREAK_VALUES + tiebreak
 
 
 def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
@@ -100,6 +137,8 @@ def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.networking.connect_timeout = config.connect_timeout_seconds
     settings.networking.request_timeout = config.request_timeout_seconds
     settings.posting.level = config.event_level
+    settings.peering.lifetime = config.peering_lifetime_seconds
+    settings.peering.stealth = True  # no log line per keep-alive
     if config.webhook_port is not None:
         settings.admission.server = webhook_server(config)
         settings.admission.managed = config.webhook_managed
