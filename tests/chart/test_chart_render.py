@@ -6,7 +6,8 @@ and the plain manifests of deploy/manifests/ made from it.
 - Every rendered object of a built-in kind passes `kubernetes_validate.validate(obj,
   version, strict=True)` for those versions; the custom kinds it has no schema for
   (ServiceMonitor, PodMonitor, PrometheusRule: Prometheus Operator; Certificate, Issuer:
-  cert-manager) are checked by shape and by how they connect to the rest.
+  cert-manager) are checked by shape and by how they connect to the rest, and against
+  their projects' CRD schemas in tests/contract/test_chart_upstream_schemas.py.
 - The CRDs in the chart are the committed crds/ (byte for byte), rendered with
   `helm.sh/resource-policy: keep`.
 - deploy/manifests/ is what `make manifests` writes now.

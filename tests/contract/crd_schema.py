@@ -2,10 +2,13 @@
 
 A CRD schema is OpenAPI v3 (structural), not JSON Schema: `nullable: true` allows null,
 `exclusiveMinimum: true` qualifies `minimum`, `x-kubernetes-int-or-string` allows an integer
-or a string. `to_json_schema` rewrites it into JSON Schema 2020-12, and adds
+or a string, and `pattern` is Go's RE2, which takes flags after `^` (`^(?i)...`, upstream
+CRDs have it), where Python's re wants them first (`(?i)^...`, the same meaning).
+`to_json_schema` rewrites it into JSON Schema 2020-12, and adds
 `additionalProperties: false` to every object with properties, as the API server's strict
 field validation (`kubectl apply`'s default) rejects unknown fields. CEL rules are not
-evaluated here. `validator_for(crd, "spec" | "status")` is what contract tests use.
+evaluated here. `validator_for(crd, "spec" | "status")` is what contract tests use;
+`node_validator(node)` validates against one node of an upstream CRD.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ CRDS_DIR: Final = REPO_ROOT / "crds"
 _RFC3339: Final = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
 )
+
+_RE2_LATE_FLAGS: Final = re.compile(r"^\^\(\?([a-zA-Z]+)\)")
 
 FORMAT_CHECKER: Final = jsonschema.FormatChecker(formats=())
 
@@ -68,6 +73,8 @@ def to_json_schema(node: Mapping[str, Any]) -> dict[str, Any]:
             continue  # handled below
         elif key.startswith("x-kubernetes-"):
             continue
+        elif key == "pattern" and isinstance(value, str):
+            out[key] = _RE2_LATE_FLAGS.sub(r"(?\1)^", value)
         else:
             out[key] = value
     for exclusive, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
@@ -86,7 +93,13 @@ def validator_for(
     crd: Mapping[str, Any], part: Literal["spec", "status"]
 ) -> jsonschema.protocols.Validator:
     """A JSON Schema validator of the CRD's `spec` or `status`, date-time formats checked."""
-    schema = to_json_schema(openapi_schema(crd)["properties"][part])
+    return node_validator(openapi_schema(crd)["properties"][part])
+
+
+def node_validator(node: Mapping[str, Any]) -> jsonschema.protocols.Validator:
+    """A JSON Schema validator of one OpenAPI v3 schema node (a committed CRD's, or one
+    vendored from an upstream CRD under tests/data/upstream/), date-time formats checked."""
+    schema = to_json_schema(node)
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema, format_checker=FORMAT_CHECKER)
 

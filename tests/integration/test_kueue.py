@@ -2,7 +2,9 @@
 Workload's `spec.active`, never its Job's `spec.suspend`, which Kueue owns (it suspends
 an unadmitted job and unsuspends an admitted one: kubernetes-sigs/kueue,
 pkg/controller/jobframework/reconciler.go). The emulator runs no Kueue: the test makes
-the Workload and admits the Job as Kueue would."""
+the Workload and admits the Job as Kueue would, with Workloads and statuses that
+validate against Kueue's Workload CRD (tests/kueue_workloads.py,
+tests/contract/test_kueue_workload_schema.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests import kueue_workloads
 from tests.integration.harness import JOBS, WORKLOADS, Cluster, OperatorProcess
 
 pytestmark = pytest.mark.asyncio
@@ -33,8 +36,10 @@ def _queued(name: str, **job: Any) -> dict[str, Any]:
 
 
 async def _kueue_admits(cluster: Cluster, job_name: str) -> str:
-    """What Kueue does for a new queued Job: a Workload labelled with the Job's uid, and
-    on admission the Job unsuspended. Returns the Workload's name."""
+    """What Kueue does for a new queued Job: the Workload Kueue v0.14.8 makes for it
+    (`tests.kueue_workloads.workload`: labelled with the Job's uid, owned by it, its pod
+    template in pod set `main`), and on admission the Job unsuspended. Returns the
+    Workload's name."""
     uid = cluster.objects(JOBS)[job_name]["metadata"].get("uid")
     if uid is None:  # the emulator assigns no uids: give the Job the API server's
         uid = f"uid-of-{job_name}"
@@ -44,23 +49,15 @@ async def _kueue_admits(cluster: Cluster, job_name: str) -> str:
             {"metadata": {"uid": uid}},
         )
         assert code == 200, answer
-    workload = {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
-        "kind": "Workload",
-        "metadata": {
-            "name": f"job-{job_name}-1a2b3",
-            "namespace": "default",
-            "labels": {"kueue.x-k8s.io/job-uid": uid},
-        },
-        "spec": {"active": True, "queueName": "team-a"},
-    }
-    code, answer = await cluster._call("POST", WORKLOADS_URL, workload)
+    made = kueue_workloads.workload(cluster.objects(JOBS)[job_name])
+    assert kueue_workloads.upstream_errors(made) == []
+    code, answer = await cluster._call("POST", WORKLOADS_URL, made)
     assert code in (200, 201), answer
     code, answer = await cluster._call(
         "PATCH", f"/apis/batch/v1/namespaces/default/jobs/{job_name}", {"spec": {"suspend": False}}
     )
     assert code == 200, answer
-    return str(workload["metadata"]["name"])
+    return str(made["metadata"]["name"])
 
 
 async def test_a_queued_plan_is_paused_and_resumed_through_its_workload(
@@ -81,6 +78,7 @@ async def test_a_queued_plan_is_paused_and_resumed_through_its_workload(
         lambda: cluster.objects(WORKLOADS)[workload]["spec"]["active"] is False,
         "the Workload to be deactivated",
     )
+    assert kueue_workloads.upstream_errors(cluster.objects(WORKLOADS)[workload]) == []
     await cluster.wait_for_phase("queued", "Suspended")
     # The Job's suspend is Kueue's to set (it suspends the evicted job): not touched here.
     assert cluster.objects(JOBS)[job_name]["spec"]["suspend"] is False
@@ -116,6 +114,7 @@ def _admitted(cluster: Cluster, name: str) -> tuple[str, str, str]:
 
 
 async def _workload_status(cluster: Cluster, name: str, status: dict[str, Any]) -> None:
+    assert kueue_workloads.upstream_errors({"status": status}) == []
     code, answer = await cluster._call(
         "PATCH", f"{WORKLOADS_URL}/{name}/status", {"status": status}
     )
@@ -131,47 +130,13 @@ async def test_kueues_admission_is_the_plans_admitted_condition(
     )
     job_name = cluster.plan("admitted")["status"]["jobName"]
     workload = await _kueue_admits(cluster, job_name)
-    code, answer = await cluster._call(
-        "PATCH",
-        f"{WORKLOADS_URL}/{workload}",
-        {
-            "metadata": {
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": job_name,
-                        "uid": f"uid-of-{job_name}",
-                        "controller": True,
-                    }
-                ]
-            }
-        },
-    )
-    assert code == 200, answer
-    pending = {
-        "type": "QuotaReserved",
-        "status": "False",
-        "reason": "Pending",
-        "message": "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu",
-    }
-    await _workload_status(cluster, workload, {"conditions": [pending]})
+    await _workload_status(cluster, workload, kueue_workloads.workload_status("pending"))
     await cluster.wait_for(
         lambda: "insufficient quota" in _admitted(cluster, "admitted")[2], "Kueue's message"
     )
     assert _admitted(cluster, "admitted")[:2] == ("False", "Pending")
 
-    admitted = {
-        "conditions": [
-            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"},
-            {"type": "Admitted", "status": "True", "reason": "Admitted"},
-        ],
-        "admission": {
-            "clusterQueue": "gpu-cluster-queue",
-            "podSetAssignments": [{"name": "main", "flavors": {"nvidia.com/gpu": "a100-80gb"}}],
-        },
-    }
-    await _workload_status(cluster, workload, admitted)
+    await _workload_status(cluster, workload, kueue_workloads.workload_status("admitted"))
     await cluster.wait_for(lambda: _admitted(cluster, "admitted")[0] == "True", "Admitted=True")
     assert _admitted(cluster, "admitted") == (
         "True",
@@ -179,14 +144,7 @@ async def test_kueues_admission_is_the_plans_admitted_condition(
         "admitted by ClusterQueue gpu-cluster-queue on a100-80gb",
     )
 
-    evicted = {
-        **admitted,
-        "conditions": [
-            *admitted["conditions"],
-            {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted"},
-        ],
-    }
-    await _workload_status(cluster, workload, evicted)
+    await _workload_status(cluster, workload, kueue_workloads.workload_status("evicted"))
     await cluster.wait_for(
         lambda: _admitted(cluster, "admitted")[:2] == ("False", "Evicted"), "Admitted=False"
     )

@@ -1,11 +1,12 @@
 """The TrainingPlan spec: camelCase names, strictness, cross-field rules and parsing."""
 
 import copy
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from pydantic import ValidationError
@@ -555,3 +556,36 @@ def test_commands_that_start_with_the_program_are_kept(command: list[str]) -> No
     document = minimal_spec()
     document["job"] = {"command": command}
     assert TrainingPlanSpec.model_validate(document).job.command == tuple(command)
+
+
+# --- job.managedBy (MultiKueue) --------------------------------------------------------------
+
+MULTIKUEUE_JOB: Final = {
+    "queueName": "team-a",
+    "launcher": "JobSet",
+    "managedBy": "kueue.x-k8s.io/multikueue",
+}
+
+
+def test_managed_by_is_kept_for_a_queued_jobset() -> None:
+    spec = TrainingPlanSpec.model_validate(_with(job=MULTIKUEUE_JOB))
+    assert spec.job.managed_by == "kueue.x-k8s.io/multikueue"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"queueName": None}, "job.managedBy needs job.queueName (Kueue)"),
+        ({"launcher": "Job"}, "job.managedBy needs job.launcher JobSet"),
+        ({"framework": "deepspeed"}, "job.managedBy cannot run framework deepspeed"),
+        ({"managedBy": "multikueue"}, "String should match pattern"),
+        ({"managedBy": "Kueue.x-k8s.io/multikueue"}, "String should match pattern"),
+        ({"managedBy": "kueue.x-k8s.io/" + "m" * 49}, "at most 63 characters"),
+    ],
+)
+def test_managed_by_needs_a_queued_jobset_and_a_domain_prefixed_path(
+    change: dict[str, Any], message: str
+) -> None:
+    job = {key: value for key, value in {**MULTIKUEUE_JOB, **change}.items() if value is not None}
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        TrainingPlanSpec.model_validate(_with(job=job))

@@ -546,6 +546,16 @@ def test_kueue_label_and_suspension_only_with_a_queue(launcher: str) -> None:
     assert "kueue.x-k8s.io/queue-name" not in pod_template(queued)["metadata"]["labels"]
 
 
+def test_a_multikueue_jobset_is_managed_by_multikueue() -> None:
+    job = {"launcher": "JobSet", "queueName": "team-a-queue"}
+    managed = objects_for(job={**job, "managedBy": "kueue.x-k8s.io/multikueue"})
+    local = objects_for(job=job)
+
+    assert workload(managed)["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue"
+    assert "managedBy" not in workload(local)["spec"]
+    assert [obj["kind"] for obj in managed] == ["JobSet"]  # nothing left behind on this cluster
+
+
 @pytest.mark.parametrize("launcher", ["Job", "JobSet"])
 def test_suspend_follows_the_spec_without_a_queue(launcher: str) -> None:
     objects = objects_for(job={"launcher": launcher, "suspend": True})

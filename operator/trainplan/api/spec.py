@@ -364,6 +364,14 @@ _LABEL_KEY_PATTERN: Final = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 """A node label key (an optional DNS prefix and a name), such as a topology level."""
+_DOMAIN_PREFIXED_PATH_PATTERN: Final = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?$"
+)
+"""A domain-prefixed path such as `kueue.x-k8s.io/multikueue`: what JobSet's webhook
+accepts as `spec.managedBy` (Kubernetes' IsDomainPrefixedPath, at most 63 characters;
+kubernetes-sigs/jobset v0.12.0, `pkg/webhooks/jobset_webhook.go`), HTTP path characters
+narrowed to those of a label."""
 
 
 class KueueTopology(ApiModel):
@@ -455,6 +463,16 @@ class JobSpec(ApiModel):
         None,
         description="Kueue topology-aware scheduling of the pods (needs queueName).",
     )
+    managed_by: str | None = Field(
+        None,
+        min_length=1,
+        max_length=63,
+        pattern=_DOMAIN_PREFIXED_PATH_PATTERN,
+        description=(
+            "The JobSet's spec.managedBy, e.g. kueue.x-k8s.io/multikueue for MultiKueue to"
+            " run it on a worker cluster; needs queueName and launcher JobSet."
+        ),
+    )
     suspend: bool = Field(False, description="Create the job suspended.")
     metrics_port: int = Field(
         9400, ge=1, le=65535, description="Port of the training metrics endpoint."
@@ -488,12 +506,24 @@ class JobSpec(ApiModel):
                 for name, value in (
                     ("priorityClass", self.priority_class),
                     ("topology", self.topology),
+                    ("managedBy", self.managed_by),
                 )
                 if value is not None
             ]
             if given:
                 verb = "needs" if len(given) == 1 else "need"
                 raise ValueError(f"job.{' and job.'.join(given)} {verb} job.queueName (Kueue)")
+        if self.managed_by is not None and self.launcher != "JobSet":
+            raise ValueError(
+                "job.managedBy needs job.launcher JobSet: MultiKueue copies only the job to"
+                " the worker cluster, where a JobSet makes its own headless Service and a"
+                " Job's Service would be missing"
+            )
+        if self.managed_by is not None and self.framework == "deepspeed":
+            raise ValueError(
+                "job.managedBy cannot run framework deepspeed: its ConfigMap would stay on"
+                " this cluster, not reach the worker cluster"
+            )
         return self
 
     @model_validator(mode="after")

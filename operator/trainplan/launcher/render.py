@@ -37,7 +37,8 @@ Rules worth knowing:
 - Kueue: with `job.queueName` the Job or JobSet carries `kueue.x-k8s.io/queue-name` and
   is created suspended (`suspend: true`): Kueue unsuspends it on admission, so whoever
   applies the objects must not reset `suspend` on an existing one. Without a queue,
-  `suspend` is `job.suspend`. `job.priorityClass` is the `kueue.x-k8s.io/priority-class`
+  `suspend` is `job.suspend`. `job.managedBy` is the JobSet's `spec.managedBy`
+  (MultiKueue). `job.priorityClass` is the `kueue.x-k8s.io/priority-class`
   label, `job.topology` the pod template's `podset-required-topology` or
   `podset-preferred-topology` annotation.
 - Names: `names.job_name` (long or unusual plan names are shortened with a hash suffix),
@@ -115,7 +116,11 @@ GPU_TOLERATION: Final[Mapping[str, str]] = {
 }
 """The toleration for the taint GPU node pools commonly carry (GKE, AKS, NVIDIA docs)."""
 
+# Kueue's names: kubernetes-sigs/kueue pkg/controller/constants/constants.go (QueueLabel,
+# JobUIDLabel, WorkloadPriorityClassLabel) and apis/kueue/v1beta1/topology_types.go;
+# tests/contract/test_kueue_workload_schema.py checks them against v0.14.8's.
 KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+"""The job's label naming its Kueue LocalQueue (Kueue's QueueLabel)."""
 KUEUE_JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
 """The label of a Kueue Workload that holds its job's uid (Kueue's JobUIDLabel)."""
 KUEUE_PRIORITY_CLASS_LABEL: Final = "kueue.x-k8s.io/priority-class"
@@ -661,6 +666,7 @@ def render(
                 "metadata": _metadata(ref, job, owner_labels),
                 "spec": {
                     "network": {"enableDNSHostnames": True, "subdomain": job},
+                    **({} if spec.job.managed_by is None else {"managedBy": spec.job.managed_by}),
                     "suspend": suspend,
                     "failurePolicy": jobset_failure_policy(spec),
                     "replicatedJobs": [
