@@ -17,6 +17,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from tests.chart.helm_render import render
 from tests.dashboard_queries import dashboard, dashboard_queries, metric_names, panels
 from tests.integration.prometheus_server import promtool_binary
 from trainplan.cli.dashboard_command import (
@@ -106,6 +107,9 @@ def test_commands_write_the_rendered_files(tmp_path: Path) -> None:
     printed = runner.invoke(alerts_command, ["--operator-job", "ops/trainplan"])
     assert printed.exit_code == 0
     assert 'absent(up{job=~"ops/trainplan"} == 1)' in printed.stdout
+    printed = runner.invoke(alerts_command, ["--runbook-base-url", "https://wiki.example/rb"])
+    assert printed.exit_code == 0
+    assert "runbook_url: https://wiki.example/rb#trainplanstalled" in printed.stdout
 
 
 # --- the dashboard's structure ------------------------------------------------------------
@@ -234,17 +238,38 @@ def test_the_package_spells_out_no_metric_name() -> None:
 # --- alert rules --------------------------------------------------------------------------
 
 
-def test_alerts_have_a_severity_a_summary_a_description_and_a_runbook() -> None:
+def test_alerts_have_a_severity_a_summary_and_a_description_that_says_what_to_do() -> None:
     rules = rule_groups()["groups"][0]["rules"]
     assert [rule["alert"] for rule in rules] == ALERTS
-    for rule in rules:
+    for rule, alert in zip(rules, alert_rules(), strict=True):
         assert rule["labels"]["severity"] in ("warning", "critical")
         annotations = rule["annotations"]
-        assert set(annotations) == {"summary", "description", "runbook"}
+        assert set(annotations) == {"summary", "description"}
         assert all(annotations.values())
-        assert "://" not in annotations["runbook"]
-    for rule in alert_rules():
-        assert rule.quantity in rule.expr
+        assert annotations["description"].endswith(alert.action)
+        assert alert.quantity in alert.expr
+
+
+def test_runbook_urls_point_at_each_alerts_section_of_the_runbooks() -> None:
+    base = "https://git.example/platform/trainplan/blob/main/docs/runbooks.md"
+    rules = rule_groups(runbook_base_url=base)["groups"][0]["rules"]
+    urls = [rule["annotations"]["runbook_url"] for rule in rules]
+    assert urls == [f"{base}#{alert.lower()}" for alert in ALERTS]
+    # The anchors are the headings' own (GitHub and GitLab lower-case a heading's text).
+    headings = re.findall(r"^## (\w+)$", (REPO_ROOT / "docs" / "runbooks.md").read_text(), re.M)
+    assert headings == ALERTS
+    assert {url.rpartition("#")[2] for url in urls} == {h.lower() for h in headings}
+
+
+def test_the_chart_adds_runbook_urls_only_when_given_a_base() -> None:
+    base = "https://wiki.example/trainplan/runbooks"
+    on = {"monitoring": {"prometheusRule": {"enabled": True}}}
+    given = {"monitoring": {"prometheusRule": {"enabled": True, "runbookBaseURL": base}}}
+    for values, expected in ((on, None), (given, base)):
+        (rule_object,) = [item.object for item in render(values) if item.kind == "PrometheusRule"]
+        for rule in rule_object["spec"]["groups"][0]["rules"]:
+            url = rule["annotations"].get("runbook_url")
+            assert url == (None if expected is None else f"{base}#{rule['alert'].lower()}")
 
 
 def test_promtool_checks_the_committed_rules() -> None:

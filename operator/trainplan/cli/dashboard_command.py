@@ -58,11 +58,20 @@ def dashboard_command(output: Path) -> None:
     show_default=True,
     help="Regular expression of the operator's scrape job (the OperatorDown alert).",
 )
-def alerts_command(output: Path, operator_job: str) -> None:
+@click.option(
+    "--runbook-base-url",
+    default=None,
+    metavar="URL",
+    help=(
+        "Where docs/runbooks.md is published: each alert gets the annotation"
+        " runbook_url URL#<alert in lower case>. Default: no runbook_url."
+    ),
+)
+def alerts_command(output: Path, operator_job: str, runbook_base_url: str | None) -> None:
     """Write the Prometheus alert rules (rule groups YAML, the spec of a PrometheusRule):
     deadline at risk, stalled, restart storm, budget nearly exhausted and exhausted,
     operator down.
 
     The chart's copy: trainplan alerts -o charts/trainplan/files/prometheus-rules.yaml
     """
-    _write(output, render_rules_yaml(operator_job))
+    _write(output, render_rules_yaml(operator_job, runbook_base_url))

@@ -66,20 +66,31 @@ class AlertRule:
     severity: str
     summary: str
     description: str
-    runbook: str
+    action: str
+    """What to do, in a sentence or two; the description ends with it, and the runbook
+    (docs/runbooks.md) says more."""
 
-    def to_rule(self) -> dict[str, Any]:
-        """The rule as the rule groups file writes it."""
+    @property
+    def runbook_anchor(self) -> str:
+        """The alert's section in docs/runbooks.md (a Markdown heading's anchor)."""
+        return self.alert.lower()
+
+    def to_rule(self, runbook_base_url: str | None = None) -> dict[str, Any]:
+        """The rule as the rule groups file writes it: `summary` and `description`
+        annotations, and `runbook_url` (`runbook_base_url#<alert in lower case>`) when
+        a base URL is given, e.g. where docs/runbooks.md is published."""
+        annotations = {
+            "summary": self.summary,
+            "description": f"{self.description} {self.action}",
+        }
+        if runbook_base_url:
+            annotations["runbook_url"] = f"{runbook_base_url}#{self.runbook_anchor}"
         return {
             "alert": self.alert,
             "expr": self.expr,
             "for": self.for_,
             "labels": {"severity": self.severity},
-            "annotations": {
-                "summary": self.summary,
-                "description": self.description,
-                "runbook": self.runbook,
-            },
+            "annotations": annotations,
         }
 
 
@@ -102,7 +113,7 @@ def _deadline_at_risk() -> AlertRule:
             "The median estimated completion is {{ $value | humanizeDuration }} past the"
             " deadline (the job's start plus spec.objective.deadline)."
         ),
-        runbook=(
+        action=(
             "kubectl describe tp -n {{ $labels.namespace }} {{ $labels.plan }}"
             " (condition DeadlineAtRisk); compare measured with planned step time and the"
             " failures on the trainplan dashboard; fix a slow or failing job, or re-plan"
@@ -129,7 +140,7 @@ def _stalled() -> AlertRule:
             f" {STALL_STEP_TIMES} step times, planned or measured, at least"
             f" {STALL_MIN_SECONDS // 60}m); the pods run but training does not move."
         ),
-        runbook=(
+        action=(
             "Read the rank-0 pod's log (kubectl logs -n {{ $labels.namespace }}"
             " -l trainplan.dev/plan={{ $labels.plan }}) for a hang: collective timeout,"
             " data loader, storage; delete the stuck pod to restart from the newest"
@@ -159,7 +170,7 @@ def _restart_storm() -> AlertRule:
             f"{RESTART_STORM_FAILURES} or more interruptions within {window}; each"
             " restart redoes the work since the last checkpoint and the ETA grows."
         ),
-        runbook=(
+        action=(
             "kubectl describe tp -n {{ $labels.namespace }} {{ $labels.plan }} and kubectl"
             " get events -n {{ $labels.namespace }} for the reasons (OOMKilled, evictions,"
             " node faults); cordon a faulty node or fix the cause, and set"
@@ -188,7 +199,7 @@ def _budget_nearly_exhausted() -> AlertRule:
             " plans that do not fit what is left are rejected, warned or downsized as the"
             " budget's enforcement says."
         ),
-        runbook=(
+        action=(
             "kubectl get gpubudget -n {{ $labels.namespace }} {{ $labels.budget }} -o yaml"
             " (activePlans, ledger): hold new plans, or raise spec.gpuHours."
         ),
@@ -209,7 +220,7 @@ def _budget_exhausted() -> AlertRule:
             " new plans in the namespace are rejected, warned or downsized as the budget's"
             " enforcement says."
         ),
-        runbook=(
+        action=(
             "Raise spec.gpuHours of GPUBudget {{ $labels.budget }} in"
             " {{ $labels.namespace }}, or wait for its window (spec.period) to roll on;"
             " kubectl get gpubudget -n {{ $labels.namespace }} shows what is used."
@@ -231,7 +242,7 @@ def _operator_down(operator_job: str) -> AlertRule:
             " launched, ETAs and budgets are not revised, and the plan series are"
             " stale."
         ),
-        runbook=(
+        action=(
             "kubectl get pods,events in the operator's namespace; read the operator's log"
             " and its liveness probe (:8081/healthz); check that its ServiceMonitor or"
             " PodMonitor selects it and that the job matches this rule."
@@ -251,16 +262,13 @@ def alert_rules(operator_job: str = DEFAULT_OPERATOR_JOB) -> tuple[AlertRule, ..
     )
 
 
-def rule_groups(operator_job: str = DEFAULT_OPERATOR_JOB) -> dict[str, Any]:
-    """The rule groups document (`groups:`)."""
-    return {
-        "groups": [
-            {
-                "name": GROUP_NAME,
-                "rules": [rule.to_rule() for rule in alert_rules(operator_job)],
-            }
-        ]
-    }
+def rule_groups(
+    operator_job: str = DEFAULT_OPERATOR_JOB, runbook_base_url: str | None = None
+) -> dict[str, Any]:
+    """The rule groups document (`groups:`), with `runbook_url` annotations when
+    `runbook_base_url` is given."""
+    rules = [rule.to_rule(runbook_base_url) for rule in alert_rules(operator_job)]
+    return {"groups": [{"name": GROUP_NAME, "rules": rules}]}
 
 
 RULES_HEADER: Final = (
@@ -269,10 +277,12 @@ RULES_HEADER: Final = (
 )
 
 
-def render_rules_yaml(operator_job: str = DEFAULT_OPERATOR_JOB) -> str:
+def render_rules_yaml(
+    operator_job: str = DEFAULT_OPERATOR_JOB, runbook_base_url: str | None = None
+) -> str:
     """The rules file: a generated-file header, then the groups; the same text on every run."""
     body = yaml.safe_dump(
-        rule_groups(operator_job),
+        rule_groups(operator_job, runbook_base_url),
         sort_keys=False,
         default_flow_style=False,
         allow_unicode=True,
