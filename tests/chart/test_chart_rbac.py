@@ -55,6 +55,7 @@ import pytest
 import yaml
 from kopf._core.engines import posting
 
+from tests import kueue_workloads
 from tests.chart.helm_render import ALL_ON, SELF_SIGNED, Rendered, render
 from tests.chart.recording_api import PACKAGE_DIR, REPO_ROOT, RecordingApi
 from trainplan.api import GROUP, PLAN_LABEL, TrainingPlanSpec
@@ -285,20 +286,9 @@ async def drive(config: OperatorConfig, catalog: Catalog) -> Drive:
     await call("trainingplans", "launch", queued)
     queued = api.stored(GROUP, "trainingplans", "team-a", "delta")
     queued_job = api.stored("batch", "jobs", "team-a", queued["status"]["jobName"])
-    api.put(
-        "kueue.x-k8s.io",
-        "workloads",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "Workload",
-            "metadata": {
-                "name": "job-delta-12345",
-                "namespace": "team-a",
-                "labels": {"kueue.x-k8s.io/job-uid": queued_job["metadata"]["uid"]},
-            },
-            "spec": {"active": True},
-        },
-    )
+    # The Workload Kueue makes for the Job (tests/kueue_workloads.py: Kueue v0.14.8's shape).
+    made = api.put("kueue.x-k8s.io", "workloads", kueue_workloads.workload(queued_job))
+    name = made["metadata"]["name"]
     paused = copy.deepcopy(queued)
     paused["spec"]["job"]["suspend"] = True
     await call(
@@ -308,16 +298,11 @@ async def drive(config: OperatorConfig, catalog: Catalog) -> Drive:
         status=_body(paused).status,
         diff=kopf.Diff(suspend),
     )
-    workload = api.stored("kueue.x-k8s.io", "workloads", "team-a", "job-delta-12345")
+    workload = api.stored("kueue.x-k8s.io", "workloads", "team-a", name)
     assert workload["spec"]["active"] is False
     # Kueue admits it: the plan's Admitted condition.
-    workload["metadata"]["ownerReferences"] = [
-        {"apiVersion": "batch/v1", "kind": "Job", "name": queued_job["metadata"]["name"]}
-    ]
-    workload["status"] = {
-        "conditions": [{"type": "Admitted", "status": "True"}],
-        "admission": {"clusterQueue": "cq"},
-    }
+    workload["status"] = kueue_workloads.workload_status("admitted")
+    assert kueue_workloads.upstream_errors(workload) == []
     await call("workloads", "kueue_changed", workload)
     admitted = api.stored(GROUP, "trainingplans", "team-a", "delta")["status"]["conditions"]
     assert any(c["type"] == "Admitted" and c["status"] == "True" for c in admitted)
