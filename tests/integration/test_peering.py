@@ -1,8 +1,9 @@
 """Two `trainplan operator` replicas peered through Kopf (`--peering`), as real
 processes against the emulated API: the older one leads, the younger one stands by
-without touching a plan, and when the leader is killed (SIGKILL: no goodbye) in the
-middle of a launch, the standby takes over once the leader's record expires and
-finishes that launch, with one Job and one Service and nothing created twice.
+without touching a plan (but serves the admission webhook), and when the leader is
+killed (SIGKILL: no goodbye) in the middle of a launch, the standby takes over once the
+leader's record expires and finishes that launch, with one Job and one Service and
+nothing created twice.
 
 The leader dies waiting for the answer to its Job's creation, which the API server has
 already stored (kmock stores a write before it answers): the standby must adopt that Job,
@@ -11,6 +12,7 @@ not make a second one or report a name conflict."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,9 @@ from tests.integration.harness import (
     Cluster,
     InternalServerError,
     OperatorCommand,
+    free_port,
 )
+from tests.integration.test_webhook import HOST, Webhook
 
 pytestmark = pytest.mark.asyncio
 
@@ -73,7 +77,9 @@ async def test_the_standby_finishes_the_launch_of_a_killed_leader(
     _ = cluster.emulator[create_job][:1] << hold
     args = ("--peering", PEERING, "--peering-lifetime", str(LIFETIME_SECONDS))
     leader = OperatorCommand(cluster, tmp_path, *args, token="leader")
-    standby = OperatorCommand(cluster, tmp_path, *args, token="standby")
+    webhook_port = free_port()
+    webhook = ("--webhook-port", str(webhook_port), "--webhook-address", HOST)
+    standby = OperatorCommand(cluster, tmp_path, *args, *webhook, token="standby")
     try:
         await leader.start(env={"POD_ID": "leader"})
         await cluster.wait_for(lambda: "leader" in cluster.peers(PEERING), "the leader's record")
@@ -84,6 +90,15 @@ async def test_the_standby_finishes_the_launch_of_a_killed_leader(
             cluster.peers(PEERING)["leader"]["priority"]
             > (cluster.peers(PEERING)["standby"]["priority"])
         )
+
+        # The standby answers admission reviews while it stands by (a self-signed
+        # certificate: the API server would trust the chart's cert-manager one).
+        unverified = ssl.create_default_context()
+        unverified.check_hostname = False
+        unverified.verify_mode = ssl.CERT_NONE
+        served = Webhook(webhook_port, unverified)
+        await served.wait_until_serving()
+        assert (await served.review(_plan("reviewed")["spec"]))["allowed"] is True
 
         name = await cluster.apply_plan(_plan("failover"))
         await asyncio.wait_for(held.wait(), 30)
