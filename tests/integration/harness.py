@@ -79,6 +79,23 @@ CLUSTER_RESOURCES: dict[str, dict[str, Any]] = {
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 
 
+def small_plan(name: str, **job: Any) -> dict[str, Any]:
+    """A TrainingPlan that plans in milliseconds: pythia-1b on 8 GPUs, 1e9 tokens, with
+    `job` added to its job section (the image is set)."""
+    return {
+        "apiVersion": "trainplan.dev/v1alpha1",
+        "kind": "TrainingPlan",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"preset": "pythia-1b"},
+            "data": {"tokens": 1e9},
+            "batch": {"globalBatchSize": 64},
+            "objective": {"gpus": 8},
+            "job": {"image": "registry.example/train:1.0", **job},
+        },
+    }
+
+
 def declare_resources(emulator: kmock.KubernetesEmulator) -> None:
     """Tell the emulator the resources trainplan and Kopf use (it knows none by itself)."""
     for resources, namespaced in ((RESOURCES, True), (CLUSTER_RESOURCES, False)):

@@ -12,26 +12,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.harness import Cluster, OperatorProcess, TrainingPod
+from tests.integration.harness import Cluster, OperatorProcess, TrainingPod, small_plan
 from trainplan.controller import revision
 from trainplan.eta import Estimate, EtaState, Observation, PlanFacts, StallPolicy, revise
 
 pytestmark = pytest.mark.asyncio
-
-
-def _plan(name: str, port: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainplan.dev/v1alpha1",
-        "kind": "TrainingPlan",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"preset": "pythia-1b"},
-            "data": {"tokens": 1e9},
-            "batch": {"globalBatchSize": 64},
-            "objective": {"gpus": 8},
-            "job": {"image": "registry.example/train:1.0", "metricsPort": port},
-        },
-    }
 
 
 def _status(cluster: Cluster, name: str) -> dict[str, Any]:
@@ -46,7 +31,7 @@ def _condition(cluster: Cluster, name: str, kind: str) -> dict[str, Any]:
 async def test_eta_follows_metrics_failures_and_scrape_errors(
     fast_operator: OperatorProcess, cluster: Cluster, pod: TrainingPod
 ) -> None:
-    name = await cluster.apply_plan(_plan("tracked", pod.port))
+    name = await cluster.apply_plan(small_plan("tracked", metricsPort=pod.port))
     job = (await cluster.wait_for_phase(name, "Launching"))["status"]["jobName"]
     pod_body = {
         "apiVersion": "v1",
@@ -169,7 +154,7 @@ async def test_hostile_metric_values_neither_stop_the_revisions_nor_reach_the_st
 ) -> None:
     # Hostile from its first page (a good page first would leave its tokens in the status).
     pod.page = "trainplan_train_step +Inf\ntrainplan_train_tokens NaN\n"
-    name = await cluster.apply_plan(_plan("hostile", pod.port))
+    name = await cluster.apply_plan(small_plan("hostile", metricsPort=pod.port))
     job = (await cluster.wait_for_phase(name, "Launching"))["status"]["jobName"]
     code, _ = await cluster._call(
         "POST",
@@ -226,7 +211,7 @@ async def test_figures_the_engine_cannot_fold_leave_the_revisions_running(
     pod: TrainingPod,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    name = await cluster.apply_plan(_plan("unfoldable", pod.port))
+    name = await cluster.apply_plan(small_plan("unfoldable", metricsPort=pod.port))
     job = (await cluster.wait_for_phase(name, "Launching"))["status"]["jobName"]
     code, _ = await cluster._call(
         "POST",

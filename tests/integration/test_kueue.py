@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests import kueue_workloads
-from tests.integration.harness import JOBS, WORKLOADS, Cluster, OperatorProcess
+from tests.integration.harness import JOBS, WORKLOADS, Cluster, OperatorProcess, small_plan
 
 pytestmark = pytest.mark.asyncio
 
@@ -21,18 +21,7 @@ WORKLOADS_URL = "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/workloads"
 
 
 def _queued(name: str, **job: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainplan.dev/v1alpha1",
-        "kind": "TrainingPlan",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"preset": "pythia-1b"},
-            "data": {"tokens": 1e9},
-            "batch": {"globalBatchSize": 64},
-            "objective": {"gpus": 8},
-            "job": {"image": "registry.example/train:1.0", "queueName": "team-a", **job},
-        },
-    }
+    return small_plan(name, queueName="team-a", **job)
 
 
 async def _kueue_admits(cluster: Cluster, job_name: str) -> str:

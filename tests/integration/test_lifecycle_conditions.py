@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.harness import Cluster, OperatorProcess
+from tests.integration.harness import Cluster, OperatorProcess, small_plan
 
 pytestmark = pytest.mark.asyncio
 
@@ -18,18 +18,7 @@ LIFECYCLE = ("Complete", "Failed", "Suspended")
 
 
 def _spec(**job: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainplan.dev/v1alpha1",
-        "kind": "TrainingPlan",
-        "metadata": {"name": job.pop("name")},
-        "spec": {
-            "model": {"preset": "pythia-1b"},
-            "data": {"tokens": 1e9},
-            "batch": {"globalBatchSize": 64},
-            "objective": {"gpus": 8},
-            "job": {"image": "registry.example/train:1.0", **job},
-        },
-    }
+    return small_plan(job.pop("name"), **job)
 
 
 def lifecycle(cluster: Cluster, name: str) -> dict[str, tuple[str, str]]:

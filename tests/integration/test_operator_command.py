@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.integration.harness import JOBS, Cluster, OperatorCommand
+from tests.integration.harness import JOBS, Cluster, OperatorCommand, small_plan
 
 pytestmark = pytest.mark.asyncio
 
@@ -17,20 +17,7 @@ async def test_operator_command_runs_against_a_kubeconfig(cluster: Cluster, tmp_
     operator = OperatorCommand(cluster, tmp_path)
     try:
         await operator.start()
-        name = await cluster.apply_plan(
-            {
-                "apiVersion": "trainplan.dev/v1alpha1",
-                "kind": "TrainingPlan",
-                "metadata": {"name": "from-the-cli"},
-                "spec": {
-                    "model": {"preset": "pythia-1b"},
-                    "data": {"tokens": 1e9},
-                    "batch": {"globalBatchSize": 64},
-                    "objective": {"gpus": 8},
-                    "job": {"image": "registry.example/train:1.0"},
-                },
-            }
-        )
+        name = await cluster.apply_plan(small_plan("from-the-cli"))
         await cluster.wait_for_phase(name, "Launching")
         assert len(cluster.objects(JOBS)) == 1
         requests = cluster.emulator[aiohttp.hdrs.METH_GET]

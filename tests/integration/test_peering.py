@@ -27,6 +27,7 @@ from tests.integration.harness import (
     InternalServerError,
     OperatorCommand,
     free_port,
+    small_plan,
 )
 from tests.integration.test_webhook import HOST, Webhook
 
@@ -35,21 +36,6 @@ pytestmark = pytest.mark.asyncio
 PEERING = "trainplan"
 LIFETIME_SECONDS = 3
 """Each replica's peering record lives this long (the chart's default is 60 s)."""
-
-
-def _plan(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainplan.dev/v1alpha1",
-        "kind": "TrainingPlan",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"preset": "pythia-1b"},
-            "data": {"tokens": 1e9},
-            "batch": {"globalBatchSize": 64},
-            "objective": {"gpus": 8},
-            "job": {"image": "registry.example/train:1.0"},
-        },
-    }
 
 
 def _by(cluster: Cluster, token: str, *criteria: Any) -> list[Any]:
@@ -98,9 +84,9 @@ async def test_the_standby_finishes_the_launch_of_a_killed_leader(
         unverified.verify_mode = ssl.CERT_NONE
         served = Webhook(webhook_port, unverified)
         await served.wait_until_serving()
-        assert (await served.review(_plan("reviewed")["spec"]))["allowed"] is True
+        assert (await served.review(small_plan("reviewed")["spec"]))["allowed"] is True
 
-        name = await cluster.apply_plan(_plan("failover"))
+        name = await cluster.apply_plan(small_plan("failover"))
         await asyncio.wait_for(held.wait(), 30)
         services = cluster.objects(SERVICES)
         assert list(services) != [], "the leader created the Service before the Job"

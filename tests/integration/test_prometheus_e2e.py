@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.integration.harness import Cluster, OperatorProcess, TrainingPod
+from tests.integration.harness import Cluster, OperatorProcess, TrainingPod, small_plan
 from tests.integration.prometheus_server import PrometheusServer, prometheus_binary
 from trainplan.monitor import query_prometheus
 
@@ -45,20 +45,7 @@ async def test_prometheus_sees_the_eta_and_the_training_series(
         {"training": {"namespace": "default", "plan": PLAN}},
     )
     try:
-        await cluster.apply_plan(
-            {
-                "apiVersion": "trainplan.dev/v1alpha1",
-                "kind": "TrainingPlan",
-                "metadata": {"name": PLAN},
-                "spec": {
-                    "model": {"preset": "pythia-1b"},
-                    "data": {"tokens": 1e9},
-                    "batch": {"globalBatchSize": 64},
-                    "objective": {"gpus": 8},
-                    "job": {"image": "registry.example/train:1.0", "metricsPort": pod.port},
-                },
-            }
-        )
+        await cluster.apply_plan(small_plan(PLAN, metricsPort=pod.port))
         job = (await cluster.wait_for_phase(PLAN, "Launching"))["status"]["jobName"]
         code, _ = await cluster._call(
             "POST",
