@@ -170,8 +170,20 @@ def planned(path: Path, catalog: Catalog) -> Plan:
     return _PLANS[path]
 
 
-def expected_document(path: Path, catalog: Catalog) -> dict[str, Any]:
-    return planned(path, catalog).to_document()
+def expected_document(path: Path, catalog: Catalog, source: Path | None = None) -> dict[str, Any]:
+    """What `-o json` prints for the example `path` (read from `source`, if given): the
+    plan's document led by the plan's name and the file it came from."""
+    name = load_example(path).metadata.name
+    labels = {"name": name, "source": str(source or path)}
+    return labels | planned(path, catalog).to_document()
+
+
+LABELS = {"name", "source"}
+
+
+def without_labels(document: dict[str, Any]) -> dict[str, Any]:
+    """A printed plan without the name and source `-o json` leads it with."""
+    return {key: value for key, value in document.items() if key not in LABELS}
 
 
 def stderr_lines(result: Result) -> list[str]:
@@ -228,11 +240,14 @@ def test_table_for_every_example(catalog: Catalog) -> None:
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=EXAMPLE_IDS)
-def test_json_is_exactly_the_plan_document(path: Path, catalog: Catalog) -> None:
+def test_json_is_the_plan_document_led_by_name_and_source(path: Path, catalog: Catalog) -> None:
     result = invoke(["plan", "-o", "json", str(path)])
 
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout) == expected_document(path, catalog)
+    printed = json.loads(result.stdout)
+    assert printed == expected_document(path, catalog)
+    assert list(printed)[:2] == ["name", "source"]
+    assert without_labels(printed) == planned(path, catalog).to_document()
 
 
 def test_json_keys_are_the_documented_ones() -> None:
@@ -241,7 +256,7 @@ def test_json_keys_are_the_documented_ones() -> None:
     assert result.exit_code == 0, result.stderr
     document = json.loads(result.stdout)
 
-    assert set(document) == PLAN_KEYS
+    assert set(document) == PLAN_KEYS | LABELS
     assert set(document["layout"]) == LAYOUT_KEYS
     assert set(document["memory"]) == MEMORY_KEYS
     assert set(document["stepBreakdown"]) == STEP_BREAKDOWN_KEYS
@@ -270,7 +285,7 @@ def test_yaml_documents_equal_the_json() -> None:
     as_json = invoke(["plan", "-o", "json", *chosen])
 
     assert as_yaml.exit_code == as_json.exit_code == 0
-    assert list(yaml.safe_load_all(as_yaml.stdout)) == json.loads(as_json.stdout)
+    assert yaml.safe_load(as_yaml.stdout) == json.loads(as_json.stdout)
 
 
 def test_yaml_single_file_is_one_document() -> None:
@@ -278,7 +293,9 @@ def test_yaml_single_file_is_one_document() -> None:
     as_yaml = invoke(["plan", "-o", "yaml", path])
     as_json = invoke(["plan", "-o", "json", path])
 
+    assert as_yaml.exit_code == as_json.exit_code == 0
     assert list(yaml.safe_load_all(as_yaml.stdout)) == [json.loads(as_json.stdout)]
+    assert isinstance(json.loads(as_json.stdout), dict)
 
 
 @pytest.mark.parametrize("name", ["llama2-7b-deadline", "tiny-local"])
@@ -290,7 +307,11 @@ def test_bare_spec_plans_like_the_whole_resource(name: str, tmp_path: Path) -> N
     from_bare = invoke(["plan", "-o", "json", str(bare)])
 
     assert from_whole.exit_code == from_bare.exit_code == 0
-    assert json.loads(from_bare.stdout) == json.loads(from_whole.stdout)
+    printed_bare, printed_whole = json.loads(from_bare.stdout), json.loads(from_whole.stdout)
+    assert without_labels(printed_bare) == without_labels(printed_whole)
+    # A bare spec has no metadata.name: the file's stem names it.
+    assert (printed_bare["name"], printed_bare["source"]) == ("bare", str(bare))
+    assert (printed_whole["name"], printed_whole["source"]) == (name, str(whole))
 
 
 def test_json_file_input(tmp_path: Path, catalog: Catalog) -> None:
@@ -301,7 +322,7 @@ def test_json_file_input(tmp_path: Path, catalog: Catalog) -> None:
     result = invoke(["plan", "-o", "json", str(path)])
 
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout) == expected_document(source, catalog)
+    assert json.loads(result.stdout) == expected_document(source, catalog, source=path)
 
 
 # --------------------------------------------------------------------------- invalid input
@@ -481,7 +502,17 @@ def test_each_document_of_a_multi_document_file_is_labelled(tmp_path: Path) -> N
 
     assert result.exit_code == 2
     assert [line.split(": ")[0] for line in stderr_lines(result)] == [f"{path}[1]"]
-    assert json.loads(result.stdout)["gpus"] == 8
+    # One file of two documents: a list of two, each with its index in the file.
+    first, second = json.loads(result.stdout)
+    assert (first["name"], first["source"], first["document"], first["gpus"]) == (
+        "good",
+        str(path),
+        0,
+        8,
+    )
+    assert (second["name"], second["source"], second["document"]) == ("bad", str(path), 1)
+    assert second["error"].startswith("invalid input: spec.model.preset: ")
+    assert second["reasons"][0].startswith("spec.model.preset: ")
 
 
 # --------------------------------------------------------------------------- infeasible
@@ -525,9 +556,15 @@ def test_deadline_that_cannot_be_met_exits_3(tmp_path: Path) -> None:
     result = invoke(["plan", "-o", "json", str(path)])
 
     assert result.exit_code == 3
-    assert result.stdout.strip() == ""
     assert stderr_lines(result)[0] == f"{path}: no feasible plan"
     assert "deadline is 2d" in result.stderr
+    # One file: one object, with the reasons instead of a plan.
+    printed = json.loads(result.stdout)
+    assert set(printed) == {"name", "source", "error", "reasons"}
+    assert (printed["name"], printed["source"]) == ("too-soon", str(path))
+    assert printed["error"].startswith("no feasible plan: ")
+    assert any("deadline is 2d" in reason for reason in printed["reasons"])
+    assert all(reason in printed["error"] for reason in printed["reasons"])
     assert "256 GPUs" in result.stderr
 
 
@@ -553,7 +590,30 @@ def test_valid_and_infeasible_together_exit_3_and_print_the_valid_plan(
     result = invoke(["plan", "-o", "json", str(valid), str(infeasible)])
 
     assert result.exit_code == 3
-    assert json.loads(result.stdout) == expected_document(valid, catalog)
+    printed, failed = json.loads(result.stdout)
+    assert printed == expected_document(valid, catalog)
+    assert (failed["name"], failed["source"]) == ("too-big", str(infeasible))
+    assert "A100-SXM4-40GB has 40.0 GiB" in failed["error"]
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_several_files_are_always_a_list_with_each_failure_named(
+    output: str, tmp_path: Path, catalog: Catalog
+) -> None:
+    valid = EXAMPLES_DIR / "tiny-local.yaml"
+    typo = write_yaml(tmp_path / "typo.yaml", edited(_add_top("foo", 1)))  # a bare spec
+
+    both = invoke(["plan", "-o", output, str(typo), str(valid)])
+    alone = invoke(["plan", "-o", output, str(typo)])
+
+    assert both.exit_code == alone.exit_code == 2
+    load = json.loads if output == "json" else yaml.safe_load
+    failed, printed = load(both.stdout)
+    assert printed == expected_document(valid, catalog)
+    assert (failed["name"], failed["source"]) == ("typo", str(typo))
+    assert failed["error"].startswith("invalid input: foo: ")
+    assert failed["reasons"] == [failed["error"].removeprefix("invalid input: ")]
+    assert load(alone.stdout) == failed
 
 
 # --------------------------------------------------------------------------- help, usage
@@ -595,5 +655,12 @@ def test_console_script_in_a_subprocess(tmp_path: Path, catalog: Catalog) -> Non
 
     assert completed.returncode == 2, completed.stderr
     assert "Traceback" not in completed.stdout + completed.stderr
-    assert json.loads(completed.stdout) == expected_document(valid, catalog)
+    printed, failed = json.loads(completed.stdout)
+    assert printed == expected_document(valid, catalog)
+    assert failed == {
+        "name": "list",
+        "source": str(invalid),
+        "error": "invalid input: (root): expected a mapping, got list",
+        "reasons": ["(root): expected a mapping, got list"],
+    }
     assert completed.stderr.splitlines() == [f"{invalid}: (root): expected a mapping, got list"]

@@ -108,7 +108,9 @@ def test_a_training_plan_file_is_planned_and_a_stored_plan_used(tmp_path: Path) 
     spec = _replay(str(trace), "--plan", str(EXAMPLES / "llama2-7b-deadline.yaml"), *overrides)
     assert spec.exit_code == 0, spec.output
     resource = yaml.safe_load((EXAMPLES / "llama2-7b-deadline.yaml").read_text())
-    resource["status"] = {"plan": json.loads(_plan_object(tmp_path).read_text())}
+    printed = json.loads(_plan_object(tmp_path).read_text())
+    # status.plan holds the plan alone, without the name and source `plan -o json` adds.
+    resource["status"] = {"plan": {k: v for k, v in printed.items() if k not in {"name", "source"}}}
     stored = tmp_path / "resource.yaml"
     stored.write_text(yaml.safe_dump(resource), encoding="utf-8")
     result = _replay(str(trace), "--plan", str(stored), *overrides)

@@ -6,6 +6,9 @@ invalid, else 3 (`EXIT_INFEASIBLE`) when some input has no feasible plan. Proble
 reported as `<file>: <field path>: <message>`; an infeasible plan as `<file>: no feasible
 plan` followed by one indented line per reason.
 
+`plan_outcomes` also keeps each failure, with its reasons, beside the plans (`trainplan plan
+-o json` prints both, each with its name and source file).
+
 Does I/O: reads the files; reports through the callback it is given.
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from trainplan.api import Plan, TrainingPlanSpec
 from trainplan.cli.inputs import PlanInput, read_plan_inputs
@@ -23,6 +26,9 @@ from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
 EXIT_OK: Final = 0
 EXIT_INVALID: Final = 2
 EXIT_INFEASIBLE: Final = 3
+
+INVALID_INPUT: Final = "invalid input"
+NO_FEASIBLE_PLAN: Final = "no feasible plan"
 
 Report = Callable[[str], None]
 """Takes one line for the user's error stream."""
@@ -35,6 +41,37 @@ class PlannedInput:
     item: PlanInput
     spec: TrainingPlanSpec
     plan: Plan
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOutcome:
+    """What became of one document of one file: its plan, or why it has none."""
+
+    item: PlanInput
+    source: str
+    """The file the document came from, as given."""
+    document: int | None
+    """The document's index in its file when the file holds more than one, else None."""
+    plan: Plan | None
+    error: str | None = None
+    """`invalid input` or `no feasible plan` when there is no plan."""
+    reasons: tuple[str, ...] = ()
+    """One line per problem (a field path and message) or per reason it cannot fit."""
+
+    def to_document(self) -> dict[str, Any]:
+        """The plan's document (as stored in status.plan) led by `name` and `source` (and
+        `document` in a file of several); without a plan, `error` (its reasons on one
+        line) and `reasons`."""
+        head: dict[str, Any] = {"name": self.item.name, "source": self.source}
+        if self.document is not None:
+            head["document"] = self.document
+        if self.plan is not None:
+            return head | self.plan.to_document()
+        error = self.error or "no plan"
+        return head | {
+            "error": f"{error}: {'; '.join(self.reasons)}" if self.reasons else error,
+            "reasons": list(self.reasons),
+        }
 
 
 def worse_status(current: int, new: int) -> int:
@@ -54,6 +91,52 @@ def report_field_problems(
         report(f"{item.label}: {item.spec_path}{field}: {message}")
 
 
+def plan_outcomes(
+    files: Iterable[Path], catalog: Catalog, report: Report
+) -> tuple[list[PlanOutcome], int]:
+    """What became of every document of `files`, in order, and the exit status.
+
+    Unreadable files, invalid documents, input errors and infeasible specs are also
+    reported through `report`, one line each, prefixed with the file.
+    """
+    status = EXIT_OK
+    outcomes: list[PlanOutcome] = []
+    for path in files:
+        items = read_plan_inputs(path)
+        for index, item in enumerate(items):
+            source, document = str(path), (index if len(items) > 1 else None)
+            if item.spec is None:
+                for problem in item.problems:
+                    report(f"{item.label}: {problem}")
+                status = worse_status(status, EXIT_INVALID)
+                outcomes.append(
+                    PlanOutcome(item, source, document, None, INVALID_INPUT, item.problems)
+                )
+                continue
+            try:
+                result = plan(item.spec, catalog)
+            except PlanInputError as error:
+                report_field_problems(item, error.problems, report)
+                status = worse_status(status, EXIT_INVALID)
+                problems = tuple(
+                    f"{item.spec_path}{field}: {text}" for field, text in error.problems
+                )
+                outcomes.append(PlanOutcome(item, source, document, None, INVALID_INPUT, problems))
+                continue
+            except InfeasiblePlanError as error:
+                report(f"{item.label}: {NO_FEASIBLE_PLAN}")
+                for reason in error.reasons:
+                    report(f"  {reason}")
+                status = worse_status(status, EXIT_INFEASIBLE)
+                reasons = tuple(error.reasons)
+                outcomes.append(
+                    PlanOutcome(item, source, document, None, NO_FEASIBLE_PLAN, reasons)
+                )
+                continue
+            outcomes.append(PlanOutcome(item, source, document, result))
+    return outcomes, status
+
+
 def plan_files(
     files: Iterable[Path], catalog: Catalog, report: Report
 ) -> tuple[list[PlannedInput], int]:
@@ -62,26 +145,10 @@ def plan_files(
     Unreadable files, invalid documents, input errors and infeasible specs are reported
     through `report` and left out.
     """
-    status = EXIT_OK
-    planned: list[PlannedInput] = []
-    for path in files:
-        for item in read_plan_inputs(path):
-            if item.spec is None:
-                for problem in item.problems:
-                    report(f"{item.label}: {problem}")
-                status = worse_status(status, EXIT_INVALID)
-                continue
-            try:
-                result = plan(item.spec, catalog)
-            except PlanInputError as error:
-                report_field_problems(item, error.problems, report)
-                status = worse_status(status, EXIT_INVALID)
-                continue
-            except InfeasiblePlanError as error:
-                report(f"{item.label}: no feasible plan")
-                for reason in error.reasons:
-                    report(f"  {reason}")
-                status = worse_status(status, EXIT_INFEASIBLE)
-                continue
-            planned.append(PlannedInput(item, item.spec, result))
+    outcomes, status = plan_outcomes(files, catalog, report)
+    planned = [
+        PlannedInput(outcome.item, outcome.item.spec, outcome.plan)
+        for outcome in outcomes
+        if outcome.plan is not None and outcome.item.spec is not None
+    ]
     return planned, status

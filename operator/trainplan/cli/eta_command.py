@@ -90,6 +90,10 @@ def _load_document(path: Path) -> Any:
     return documents[0]
 
 
+PLAN_LABELS = frozenset({"name", "source", "document"})
+"""The keys `trainplan plan -o json` adds before a plan's own."""
+
+
 def _is_plan(document: dict[str, Any]) -> bool:
     return {"gpuType", "stepSeconds", "totalSteps"} <= document.keys()
 
@@ -117,7 +121,11 @@ def load_plan_facts(path: Path) -> tuple[PlanFacts, str]:
             spec = None  # the deadline is then unknown; the stored plan is enough
         return plan_facts(stored, spec), name
     if _is_plan(document):
-        return plan_facts(_validated_plan(path, document)), name
+        # `trainplan plan -o json` leads the plan with its name and source file.
+        if isinstance(document.get("name"), str):
+            name = document["name"]
+        plan_only = {key: value for key, value in document.items() if key not in PLAN_LABELS}
+        return plan_facts(_validated_plan(path, plan_only)), name
     try:
         spec = parse_training_plan_spec(document)
     except ValidationError as error:

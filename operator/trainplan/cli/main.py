@@ -1,78 +1,106 @@
-"""`trainplan` entry point. Exit codes: 0 success, 2 invalid input, 3 no feasible plan."""
+"""`trainplan` entry point. Exit codes: 0 success, 2 invalid input, 3 no feasible plan.
+
+Each subcommand lives in its own module, imported only when that command runs (or its
+own help is asked for), so that a command pays only for what it uses: `plan` never
+imports the operator stack (kopf, aiohttp), the dashboard SDK or torch, and
+`trainplan --help` imports none of the commands. Each entry keeps the command's summary
+(the first sentence of its help) for `trainplan --help`; a test checks that it matches.
+"""
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-from typing import Any
+import importlib
+from typing import NamedTuple
 
 import click
-import yaml
-from rich.console import Console
-
-from trainplan.cli.common import plan_files
-from trainplan.cli.table import print_plan_table
-from trainplan.planner import load_catalog
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyCommand(NamedTuple):
+    """Where a subcommand lives (`module:attribute`) and its summary for the listing."""
+
+    target: str
+    summary: str
+
+
+COMMANDS: dict[str, LazyCommand] = {
+    "alerts": LazyCommand(
+        "trainplan.cli.dashboard_command:alerts_command",
+        "Write the Prometheus alert rules (rule groups YAML, the spec of a PrometheusRule): "
+        "deadline at risk, stalled, restart storm, budget nearly exhausted and exhausted, "
+        "operator down.",
+    ),
+    "crds": LazyCommand(
+        "trainplan.cli.crds_command:command",
+        "Write the TrainingPlan and GPUBudget CRDs (one YAML file each) to OUTPUT_DIR.",
+    ),
+    "dashboard": LazyCommand(
+        "trainplan.cli.dashboard_command:dashboard_command",
+        "Write the Grafana dashboard JSON (ETA, progress, speed, failures, GPUs, GPU-hours "
+        "and budgets; a Prometheus data source variable, namespace and plan variables).",
+    ),
+    "eta": LazyCommand("trainplan.cli.eta_command:group", "The ETA engine on recorded runs."),
+    "operator": LazyCommand(
+        "trainplan.cli.operator_command:command",
+        "Run the trainplan operator (Kopf) with the in-cluster service account, or the "
+        "current kubeconfig outside a cluster.",
+    ),
+    "plan": LazyCommand(
+        "trainplan.cli.plan_command:command",
+        "Plan each TrainingPlan in FILES (whole resources or bare specs, YAML or JSON).",
+    ),
+    "render": LazyCommand(
+        "trainplan.cli.render_command:command",
+        "Print every Kubernetes object the operator would create for each TrainingPlan in "
+        "FILES (whole resources or bare specs, YAML or JSON): the headless Service, the "
+        "DeepSpeed ConfigMap, the Indexed Job or JobSet.",
+    ),
+    "run": LazyCommand(
+        "trainplan.cli.run_command:command",
+        "Run the TrainingPlan in FILE locally: torchrun with NPROC CPU processes, restarted "
+        "on failure, with a live ETA.",
+    ),
+}
+"""Every subcommand, by name."""
+
+
+def load_command(name: str) -> click.Command:
+    """Import the module of the subcommand `name` and return the command."""
+    module_name, attribute = COMMANDS[name].target.split(":")
+    command = getattr(importlib.import_module(module_name), attribute)
+    assert isinstance(command, click.Command), f"{COMMANDS[name].target} is not a command"
+    return command
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands in `COMMANDS` are imported on first use; the listing of
+    `--help` shows their stored summaries without importing them."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | COMMANDS.keys())
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.add_command(load_command(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        limit = formatter.width - 6 - max(len(name) for name in self.list_commands(ctx))
+        rows = []
+        for name in self.list_commands(ctx):
+            loaded = self.commands.get(name)
+            if loaded is not None:
+                if loaded.hidden:
+                    continue
+                rows.append((name, loaded.get_short_help_str(limit)))
+            else:
+                summary = click.Command(name, help=COMMANDS[name].summary)
+                rows.append((name, summary.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="trainplan")
 def main() -> None:
     """Plan, launch and track GPU training jobs."""
-
-
-@main.command("plan")
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["table", "json", "yaml"]),
-    default="table",
-    show_default=True,
-    help="table for people; json or yaml print exactly the object stored in status.plan.",
-)
-def plan_command(files: tuple[Path, ...], output: str) -> None:
-    """Plan each TrainingPlan in FILES (whole resources or bare specs, YAML or JSON).
-
-    Exit status: 0 when every file has a plan, 2 when any input is invalid (each problem
-    on its own line, with its field path), 3 when some input has no feasible plan.
-    """
-    catalog = load_catalog()
-    console = Console()
-    errors = Console(stderr=True, highlight=False, soft_wrap=True)
-    planned, status = plan_files(files, catalog, lambda line: errors.print(line, markup=False))
-    if output == "table":
-        for entry in planned:
-            print_plan_table(console, entry.item.name, entry.plan)
-    elif planned:
-        documents = [entry.plan.to_document() for entry in planned]
-        if output == "json":
-            document: Any = documents[0] if len(documents) == 1 else documents
-            sys.stdout.write(json.dumps(document, indent=2) + "\n")
-        else:
-            sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False))
-    sys.exit(status)
-
-
-def _register_commands() -> None:
-    """The subcommands that live in their own modules."""
-    from trainplan.cli import (
-        crds_command,
-        dashboard_command,
-        eta_command,
-        operator_command,
-        render_command,
-        run_command,
-    )
-
-    main.add_command(crds_command.command)
-    main.add_command(dashboard_command.dashboard_command)
-    main.add_command(dashboard_command.alerts_command)
-    main.add_command(eta_command.group)
-    main.add_command(operator_command.command)
-    main.add_command(render_command.command)
-    main.add_command(run_command.command)
-
-
-_register_commands()
