@@ -231,52 +231,32 @@ def print_summary(console: Console, replayed: Replay, label: str) -> None:
     )
 
 
-def write_plot(replayed: Replay, path: Path, label: str) -> None:
-    """Predicted end over time: the ETA and its range, the baselines, the real end."""
-    import matplotlib
+def write_plot(replayed: Replay, path: Path, label: str, planned_step_seconds: float) -> None:
+    """The chart of `trainplan.local.chart`: the predicted end over time with its range,
+    the baselines and the real end; measured against planned step time (UTC)."""
+    from trainplan.local.chart import Chart, ChartPoint, save_chart
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    day = 86400.0
-    start = replayed.start
-    rows = replayed.revisions
-    x = [r.elapsed_seconds / day for r in rows]
-
-    def days(values: list[float | None]) -> list[float]:
-        return [math.nan if v is None else (v - start) / day for v in values]
-
-    figure, axes = plt.subplots(figsize=(10, 5.5), layout="constrained")
-    axes.fill_between(
-        x,
-        days([r.earliest_end for r in rows]),
-        days([r.latest_end for r in rows]),
-        color="tab:blue",
-        alpha=0.25,
-        linewidth=0,
-        label="ETA 10-90% range",
+    points = [
+        ChartPoint(
+            time=r.row.time.timestamp(),
+            end=r.engine_end,
+            earliest_end=r.earliest_end,
+            latest_end=r.latest_end,
+            naive_end=r.naive_end,
+            measured_step_seconds=r.estimate.measured_step_seconds,
+            baselines=(r.measured_end, r.plan_end),
+        )
+        for r in replayed.revisions
+    ]
+    chart = Chart(
+        name=f"ETA backtest of {label}",
+        start=replayed.start,
+        points=points,
+        planned_step_seconds=planned_step_seconds,
+        actual_end=replayed.end,
+        baseline_labels=("measured step x work left", "plan alone"),
     )
-    axes.plot(x, days([r.engine_end for r in rows]), color="tab:blue", linewidth=1.6, label="ETA")
-    axes.plot(x, days([r.naive_end for r in rows]), color="tab:orange", linewidth=1, label="naive")
-    axes.plot(
-        x,
-        days([r.measured_end for r in rows]),
-        color="tab:green",
-        linewidth=1,
-        label="measured step x left",
-    )
-    axes.plot(x, days([r.plan_end for r in rows]), color="tab:gray", linestyle=":", label="plan")
-    if replayed.end is not None:
-        axes.axhline((replayed.end - start) / day, color="black", linestyle="--", label="real end")
-        top = 1.6 * (replayed.end - start) / day
-        axes.set_ylim(0, top)
-    axes.set_xlabel("days since start")
-    axes.set_ylabel("predicted end, days since start")
-    axes.set_title(f"ETA backtest: {label}")
-    axes.legend(loc="upper right")
-    axes.grid(alpha=0.3)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_chart(chart, path)
 
 
 @group.command("replay")
@@ -394,7 +374,7 @@ def replay_command(
         print_summary(Console(), replayed, label)
     if plot is not None:
         try:
-            write_plot(replayed, plot, label)
+            write_plot(replayed, plot, label, facts.planned_step_seconds)
         except OSError as error:
             errors.print(f"{plot}: cannot write: {error.strerror}", markup=False)
             sys.exit(EXIT_INVALID)

@@ -1,5 +1,6 @@
 """The record of a local run: one `Revision` per ETA revision (the `--eta-log` lines), and
-at the end `summary.json` (plan vs actual, ETA errors) and `eta.png` (with matplotlib).
+at the end `summary.json` (plan vs actual, ETA errors) and `eta.png` (with matplotlib, drawn
+by `trainplan.local.chart`).
 
 `summarize` is pure; `write_summary` and `write_plot` write files.
 """
@@ -9,10 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import Any, Final
 
 from trainplan.eta import naive_remaining_seconds
+from trainplan.local.chart import Chart, ChartPoint, save_chart
 
 CHECKPOINTS: Final = (0.25, 0.5, 0.75)
 """Progress ratios at which the ETA is judged against the actual end."""
@@ -94,8 +97,10 @@ def summarize(
     final_loss: float | None,
     exit_code: int,
     revisions: Sequence[Revision],
+    interrupted_by: str | None = None,
 ) -> dict[str, Any]:
-    """The `summary.json` document."""
+    """The `summary.json` document; `interrupted_by` names the signal that stopped the
+    run ("SIGINT"), if one did."""
     measured = [r.measured_step_seconds for r in revisions if r.measured_step_seconds]
     return {
         "plan": plan_name,
@@ -107,6 +112,8 @@ def summarize(
         "processes": nproc,
         "exitCode": exit_code,
         "succeeded": exit_code == 0,
+        "interrupted": interrupted_by is not None,
+        "signal": interrupted_by,
         "plannedDurationSeconds": planned_duration_seconds,
         "actualDurationSeconds": actual_seconds,
         "plannedStepSeconds": planned_step_seconds,
@@ -127,49 +134,76 @@ def write_summary(directory: Path, summary: dict[str, Any]) -> Path:
     return path
 
 
+def chart_of(
+    revisions: Sequence[Revision],
+    actual_seconds: float | None = None,
+    *,
+    plan_name: str | None = None,
+    subtitle: str | None = None,
+    tz: tzinfo | None = None,
+) -> Chart:
+    """The chart of a local run (see `trainplan.local.chart`): the predicted end of each
+    revision, its range, naive extrapolation, the measured and planned step times. The
+    actual end is the first revision at the last step (None when the run did not get
+    there); `actual_seconds`, the run's whole length, is the right edge of the time axis."""
+    first = revisions[0]
+    start = first.time - first.elapsed
+    points = []
+    for r in revisions:
+        naive = naive_remaining_seconds(r.elapsed, r.progress)
+        points.append(
+            ChartPoint(
+                time=r.time,
+                end=r.time + r.eta_seconds,
+                earliest_end=r.time + r.earliest_seconds,
+                latest_end=r.time + r.latest_seconds,
+                naive_end=None if naive is None else r.time + naive,
+                measured_step_seconds=r.measured_step_seconds,
+            )
+        )
+    finished = next((r for r in revisions if r.total_steps and r.step >= r.total_steps), None)
+    return Chart(
+        name=plan_name or "local run",
+        start=start,
+        points=points,
+        planned_step_seconds=first.planned_step_seconds,
+        actual_end=None if finished is None else finished.time,
+        last_time=None if actual_seconds is None else start + actual_seconds,
+        subtitle=subtitle,
+        tz=tz or datetime.now().astimezone().tzinfo or UTC,
+    )
+
+
 def write_plot(
-    directory: Path, revisions: Sequence[Revision], actual_seconds: float
+    directory: Path,
+    revisions: Sequence[Revision],
+    actual_seconds: float | None = None,
+    *,
+    plan_name: str | None = None,
+    subtitle: str | None = None,
 ) -> Path | None:
-    """`eta.png`: step time (measured, planned) and remaining time (ETA with its 10-90%
-    range, naive, actual) over the run; None without matplotlib or revisions."""
+    """`eta.png`, the chart of `chart_of` in this machine's time zone; None without
+    matplotlib or revisions. `plan_name` and `subtitle` default to the `plan` and `note`
+    of the directory's `summary.json` when `write_summary` wrote it first."""
     if not revisions:
         return None
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError:
         return None
-    elapsed = [r.elapsed for r in revisions]
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
-    measured = [(r.elapsed, r.measured_step_seconds) for r in revisions if r.measured_step_seconds]
-    if measured:
-        top.plot([x for x, _ in measured], [y for _, y in measured], label="measured")
-    top.plot(elapsed, [r.step_seconds for r in revisions], label="used by the ETA")
-    top.axhline(revisions[0].planned_step_seconds, linestyle="--", color="grey", label="planned")
-    top.set_ylabel("seconds per step")
-    top.set_yscale("log")
-    top.legend()
-    bottom.fill_between(
-        elapsed,
-        [r.earliest_seconds for r in revisions],
-        [r.latest_seconds for r in revisions],
-        alpha=0.3,
-        label="10-90%",
-    )
-    bottom.plot(elapsed, [r.eta_seconds for r in revisions], label="ETA")
-    naive = [(r.elapsed, naive_remaining_seconds(r.elapsed, r.progress)) for r in revisions]
-    known = [(x, y) for x, y in naive if y is not None]
-    if known:
-        bottom.plot([x for x, _ in known], [y for _, y in known], ":", label="naive")
-    bottom.plot(elapsed, [max(0.0, actual_seconds - x) for x in elapsed], "k--", label="actual")
-    bottom.set_ylabel("remaining seconds")
-    bottom.set_xlabel("elapsed seconds")
-    bottom.legend()
-    figure.tight_layout()
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "eta.png"
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    if plan_name is None:
+        summary = _read_summary(directory)
+        plan_name = summary.get("plan") if isinstance(summary.get("plan"), str) else None
+        if subtitle is None and isinstance(summary.get("note"), str):
+            subtitle = summary["note"]
+    chart = chart_of(revisions, actual_seconds, plan_name=plan_name, subtitle=subtitle)
+    return save_chart(chart, directory / "eta.png", dpi=100)
+
+
+def _read_summary(directory: Path) -> dict[str, Any]:
+    try:
+        found = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
