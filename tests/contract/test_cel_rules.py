@@ -419,7 +419,10 @@ SHAPE: Final = (
 )
 ONE_AMOUNT: Final = ("give exactly one of tokens or samples", "spec.data")
 MICRO: Final = ("microBatchSize must not exceed globalBatchSize and must divide it", "spec.batch")
-GPUS_OR_DEADLINE: Final = ("give at most one of gpus or deadline", "spec.objective")
+GPUS_OR_DEADLINE: Final = (
+    "give gpus or deadline, not both; to cap a deadline search use maxGPUs",
+    "spec.objective",
+)
 ZERO3: Final = (
     "zeroStage 3 with pipeline > 1 is not supported by the frameworks trainplan launches; "
     "use zeroStage <= 2",

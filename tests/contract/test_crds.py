@@ -442,7 +442,9 @@ def test_training_plan_cel_rules() -> None:
     def messages(path: str) -> list[str]:
         return [entry["message"] for entry in rules[path]]
 
-    assert "give at most one of gpus or deadline" in messages(".spec.objective")
+    assert "give gpus or deadline, not both; to cap a deadline search use maxGPUs" in messages(
+        ".spec.objective"
+    )
     assert messages(".spec.data") == ["give exactly one of tokens or samples"]
     assert any("zeroStage 3 with pipeline > 1" in m for m in messages(".spec.parallelism"))
     data_rule = rules[".spec.data"][0]["rule"]

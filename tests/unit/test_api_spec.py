@@ -279,6 +279,44 @@ def test_deadline_seconds() -> None:
 
 
 @pytest.mark.parametrize(
+    "model",
+    [
+        {"preset": "mixtral-8x7b", "experts": 8},
+        {"preset": "llama2-7b", "numExperts": 8, "expertsPerToken": 2},
+        {"preset": "llama2-7b", "imageSize": 224},
+    ],
+)
+def test_a_model_field_the_planner_lacks_says_what_it_supports(model: dict[str, Any]) -> None:
+    """MoE, vision or encoder-only fields: each unknown field is named, with the sentence
+    saying which models the planner can express; also below a resource's spec."""
+    extra = set(model) - {"preset"}
+    with pytest.raises(ValidationError) as caught:
+        TrainingPlanSpec.model_validate(minimal_spec() | {"model": model})
+    lines = format_validation_errors(caught.value)
+    assert {line.split(":")[0] for line in lines} == {f"model.{name}" for name in extra}
+    for line in lines:
+        assert "Extra inputs are not permitted" in line
+        assert "dense decoder-only transformer language models" in line
+    with pytest.raises(ValidationError) as nested:
+        TrainingPlan.model_validate(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "TrainingPlan",
+                "metadata": {"name": "moe"},
+                "spec": minimal_spec() | {"model": model},
+            }
+        )
+    assert all("decoder-only" in line for line in format_validation_errors(nested.value))
+
+
+def test_other_extra_fields_are_plain() -> None:
+    with pytest.raises(ValidationError) as caught:
+        TrainingPlanSpec.model_validate(minimal_spec() | {"data": {"tokens": 1e9, "x": 1}})
+    [line] = format_validation_errors(caught.value)
+    assert line == "data.x: Extra inputs are not permitted"
+
+
+@pytest.mark.parametrize(
     ("document", "fields"),
     [
         ({"model": {"layers": 2}}, ["preset", "hiddenSize", "attentionHeads", "vocabSize"]),
@@ -289,7 +327,7 @@ def test_deadline_seconds() -> None:
         ({"data": {"epochs": 2}}, ["tokens", "samples"]),
         ({"batch": {"globalBatchSize": 8, "microBatchSize": 16}}, ["microBatchSize"]),
         ({"batch": {"globalBatchSize": 10, "microBatchSize": 4}}, ["globalBatchSize"]),
-        ({"objective": {"gpus": 8, "deadline": "1d"}}, ["gpus", "deadline"]),
+        ({"objective": {"gpus": 8, "deadline": "1d"}}, ["gpus", "deadline", "use maxGPUs"]),
         ({"objective": {"gpus": 64, "maxGPUs": 32}}, ["gpus", "maxGPUs"]),
         ({"parallelism": {"pipeline": 1, "virtualPipelineStages": 2}}, ["virtualPipelineStages"]),
     ],

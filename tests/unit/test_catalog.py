@@ -168,6 +168,16 @@ def test_unknown_model_suggests_the_closest(catalog: Catalog) -> None:
     assert isinstance(caught.value, LookupError)
 
 
+def test_an_unknown_model_preset_says_what_the_planner_supports(catalog: Catalog) -> None:
+    with pytest.raises(UnknownModelError) as caught:
+        catalog.model("mixtral-8x7b")
+    message = str(caught.value)
+    assert "known: llama-7b, " in message
+    assert "dense decoder-only transformer language models" in message
+    assert "mixture-of-experts, vision and encoder-only models are not supported" in message
+    assert str(pickle.loads(pickle.dumps(caught.value))) == message
+
+
 def test_unknown_name_without_a_close_match(catalog: Catalog) -> None:
     with pytest.raises(UnknownGPUError) as caught:
         catalog.gpu("TPU-v5p")

@@ -11,7 +11,7 @@ from pydantic import AwareDatetime, ConfigDict, Field, ValidationError
 from trainplan.api.base import ApiModel
 from trainplan.api.budget import GPUBudgetSpec, GPUBudgetStatus
 from trainplan.api.constants import API_VERSION, GPU_BUDGET_KIND, TRAINING_PLAN_KIND
-from trainplan.api.spec import TrainingPlanSpec
+from trainplan.api.spec import SUPPORTED_MODELS, TrainingPlanSpec
 from trainplan.api.status import TrainingPlanStatus
 
 _RESOURCE_KEYS: Final = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
@@ -108,6 +108,12 @@ def _format_location(location: tuple[int | str, ...]) -> str:
     return text or "(root)"
 
 
+def _in_model(location: tuple[int | str, ...]) -> bool:
+    """Whether `location` is a field directly below a spec's `model` (e.g. `experts`)."""
+    parts = location[1:] if location[:1] == ("spec",) else location
+    return len(parts) == 2 and parts[0] == "model"
+
+
 def format_validation_errors(error: ValidationError) -> list[str]:
     """One line per problem: "<dotted.camelCase.path>: <message>".
 
@@ -122,5 +128,7 @@ def format_validation_errors(error: ValidationError) -> list[str]:
             message = str(cause)
         elif detail["type"] == "literal_error":
             message = f"{message} (got {detail['input']!r})"
+        elif detail["type"] == "extra_forbidden" and _in_model(detail["loc"]):
+            message = f"{message}: {SUPPORTED_MODELS}"
         lines.append(f"{_format_location(detail['loc'])}: {message}")
     return lines

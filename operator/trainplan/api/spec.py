@@ -21,6 +21,13 @@ DEFAULT_COMMAND: Final = ("python", "-m", "trainplan.runtime.train")
 PYTHON_NAMES: Final = frozenset({"python", "python3"})
 """Interpreters whose command torchrun runs itself (`python -m m` becomes `-m m`)."""
 
+SUPPORTED_MODELS: Final = (
+    "the planner models dense decoder-only transformer language models (GPT- and "
+    "Llama-style: a preset, or layers, hiddenSize, attentionHeads, vocabSize and "
+    "sequenceLength); mixture-of-experts, vision and encoder-only models are not supported"
+)
+"""The sentence that errors about a model the planner cannot express end with."""
+
 _SHAPE_FIELDS: Final = ("layers", "hiddenSize", "attentionHeads", "vocabSize", "sequenceLength")
 
 
@@ -199,7 +206,9 @@ class ObjectiveSpec(ApiModel):
     @model_validator(mode="after")
     def _check_objective(self) -> Self:
         if self.gpus is not None and self.deadline is not None:
-            raise ValueError("give at most one of gpus or deadline")
+            raise ValueError(
+                "give gpus or deadline, not both; to cap a deadline search use maxGPUs"
+            )
         if self.gpus is not None and self.max_gpus is not None and self.gpus > self.max_gpus:
             raise ValueError(f"gpus ({self.gpus}) must not exceed maxGPUs ({self.max_gpus})")
         return self

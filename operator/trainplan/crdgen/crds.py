@@ -152,7 +152,7 @@ _TRAINING_PLAN_SPEC_RULES: Final[Mapping[tuple[str, ...], tuple[dict[str, str], 
     ("objective",): (
         _rule(
             "!(has(self.gpus) && has(self.deadline))",
-            "give at most one of gpus or deadline",
+            "give gpus or deadline, not both; to cap a deadline search use maxGPUs",
         ),
         _rule(
             "!has(self.gpus) || !has(self.maxGPUs) || self.gpus <= self.maxGPUs",
