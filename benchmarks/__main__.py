@@ -19,6 +19,7 @@ BENCHMARKS = (
         "benchmarks.eta_real_scale",
     ),
     ("operator at scale (1,000 plans)", "benchmarks.operator_scale"),
+    ("command-line start-up (whole processes)", "benchmarks.cli_startup"),
 )
 NOT_HERE = (
     (
