@@ -63,6 +63,8 @@ DESIGN_STEP_KEYS = {
     "optimizerSeconds",
 }  # fmt: skip
 DESIGN_RELIABILITY_KEYS = {"expectedInterruptions", "checkpointIntervalSteps", "restartSeconds"}
+ADDED_PLAN_KEYS = {"parameters"}
+"""Optional: plans stored before it was added lack it."""
 ADDED_LAYOUT_KEYS = {"virtualPipelineStages", "sequenceParallel"}
 ADDED_MEMORY_KEYS = {"logitsBytes"}
 ADDED_STEP_KEYS = {"pipelineCommSeconds"}
@@ -237,8 +239,17 @@ def test_plan_json_keys_are_designs_plus_the_added_ones() -> None:
 
 def test_plan_serialised_field_names_match_json_schema() -> None:
     schema = Plan.model_json_schema(by_alias=True)
-    assert set(schema["properties"]) == DESIGN_PLAN_KEYS
+    assert set(schema["properties"]) == DESIGN_PLAN_KEYS | ADDED_PLAN_KEYS
     assert set(schema["required"]) == DESIGN_PLAN_KEYS - {"alternatives", "explanation"}
+
+
+def test_a_plan_stored_without_its_parameter_count_still_reads() -> None:
+    document = plan_document()
+    assert "parameters" not in document
+    assert Plan.model_validate(document).parameters is None
+    assert Plan.model_validate({**document, "parameters": 6_738_415_616}).parameters == (
+        6_738_415_616
+    )
 
 
 def test_plan_round_trips() -> None:

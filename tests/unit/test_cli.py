@@ -45,6 +45,7 @@ PLAN_KEYS = {
     "gpusPerNode",
     "layout",
     "memory",
+    "parameters",
     "flopsPerStep",
     "stepSeconds",
     "stepBreakdown",
@@ -224,7 +225,7 @@ def test_table_for_every_example(catalog: Catalog) -> None:
         example = load_example(path)
         expected = planned(path, catalog)
         title = panel[0]
-        assert f"{example.metadata.name}: {expected.gpus} x {expected.gpu_type}," in title
+        assert f"{example.metadata.name}: {expected.gpus:,} x {expected.gpu_type}," in title
         texts = cell_texts(panel)
         for table_title in ("Layout", "Memory per GPU", "Step time", "Run"):
             assert texts.count(table_title) == 1, (path.stem, table_title)
@@ -234,6 +235,27 @@ def test_table_for_every_example(catalog: Catalog) -> None:
         assert f"this plan: {expected.gpus:,}" in rule[0]
     # The explanation follows each panel, one bullet per line.
     assert result.stdout.count("• Goal:") == len(EXAMPLES)
+
+
+def test_the_table_can_be_checked_by_hand() -> None:
+    """Parameters and tokens shown; recomputation named as such, never "ckpt";
+    communication labelled exposed; counts with thousands separators and the right
+    number."""
+    result = invoke(["plan", str(EXAMPLES_DIR / "llama2-7b-deadline.yaml")])
+
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "ckpt" not in text
+    assert "Activation recomputation" in text
+    assert "Parameters │ 6,738,415,616 (6.74 billion parameters)" in text
+    assert "(2 trillion tokens)" in text
+    assert "exposed data-parallel communication" in text
+    assert "exposed tensor-parallel communication" in text
+    assert "Global batch │ 1,024 = micro 2 x data 256 x accumulation 2" in text
+    assert "1,786 layouts priced" in text
+    assert "Checkpoint every │ 2,329 steps" in text
+    assert "256 = 32 nodes x 8" in text
+    assert "no-recompute" in text
 
 
 # --------------------------------------------------------------------------- json, yaml

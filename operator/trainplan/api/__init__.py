@@ -33,6 +33,7 @@ from trainplan.api.constants import (
 )
 from trainplan.api.durations import Duration, format_duration, parse_duration_seconds
 from trainplan.api.kubetypes import Quantity, Toleration
+from trainplan.api.numbers import format_count
 from trainplan.api.plan import (
     Alternative,
     MemoryBreakdown,
@@ -139,6 +140,7 @@ __all__ = [
     "TrainingPlanStatus",
     "TrainingSpec",
     "UsageInterval",
+    "format_count",
     "format_duration",
     "format_validation_errors",
     "parse_duration_seconds",

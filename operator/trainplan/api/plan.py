@@ -138,6 +138,9 @@ class Plan(ApiModel):
     gpus_per_node: int = Field(ge=1, description="GPUs per node.")
     layout: PlanLayout = Field(description="The parallel layout and batch split.")
     memory: MemoryBreakdown = Field(description="Memory per GPU.")
+    parameters: int | None = Field(
+        None, ge=0, description="Model parameters (weights), counted from the shape."
+    )
     flops_per_step: float = Field(ge=0, description="Model FLOPs per optimizer step.")
     step_seconds: float = Field(ge=0, description="Seconds per optimizer step.")
     step_breakdown: StepBreakdown = Field(description="Where the step time goes.")

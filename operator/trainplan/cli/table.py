@@ -8,7 +8,8 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 
-from trainplan.api import Plan, PlanLayout, format_duration
+from trainplan.api import Plan, PlanLayout, format_count, format_duration
+from trainplan.planner.layout import RECOMPUTE_WORDS
 
 _GIB = float(1 << 30)
 
@@ -19,6 +20,14 @@ def _gib(value: float) -> str:
 
 def _percent(part: float, whole: float) -> str:
     return f"{part / whole:.0%}" if whole else "-"
+
+
+RECOMPUTATION = {
+    "none": "none",
+    "selective": "selective (attention)",
+    "full": "full (every layer)",
+}
+"""What `activationCheckpointing` means, in the table's words."""
 
 
 def _bar(part: float, whole: float, width: int = 24) -> str:
@@ -34,20 +43,24 @@ def layout_table(plan: Plan) -> Table:
     pipeline = str(layout.pipeline)
     if layout.virtual_pipeline_stages > 1:
         pipeline += f" ({layout.virtual_pipeline_stages} interleaved chunks)"
-    table.add_row("GPUs", f"{plan.gpus} = {plan.nodes} nodes x {plan.gpus_per_node}")
     table.add_row(
-        "Tensor", f"{layout.tensor}" + (" + sequence parallel" if layout.sequence_parallel else "")
+        "GPUs",
+        f"{plan.gpus:,} = {format_count(plan.nodes, 'node')} x {plan.gpus_per_node:,}",
+    )
+    table.add_row(
+        "Tensor",
+        f"{layout.tensor:,}" + (" + sequence parallel" if layout.sequence_parallel else ""),
     )
     table.add_row("Pipeline", pipeline)
-    table.add_row("Data", str(layout.data))
+    table.add_row("Data", f"{layout.data:,}")
     table.add_row("ZeRO stage", str(layout.zero_stage))
-    table.add_row("Recompute", layout.activation_checkpointing)
+    table.add_row("Activation recomputation", RECOMPUTATION[layout.activation_checkpointing])
     table.add_row(
         "Global batch",
-        f"{layout.global_batch_size} = micro {layout.micro_batch_size} x data {layout.data}"
-        f" x accumulation {layout.gradient_accumulation_steps}",
+        f"{layout.global_batch_size:,} = micro {layout.micro_batch_size:,} x data"
+        f" {layout.data:,} x accumulation {layout.gradient_accumulation_steps:,}",
     )
-    table.add_row("Tokens/step", f"{plan.tokens_per_step:,}")
+    table.add_row("Tokens per step", f"{plan.tokens_per_step:,}")
     return table
 
 
@@ -81,16 +94,21 @@ def memory_table(plan: Plan) -> Table:
 
 def step_table(plan: Plan) -> Table:
     step = plan.step_breakdown
-    table = Table(title="Step time", title_justify="left")
+    table = Table(
+        title="Step time",
+        title_justify="left",
+        caption="exposed: communication that compute does not hide",
+        caption_justify="left",
+    )
     table.add_column("part")
     table.add_column("seconds", justify="right")
     table.add_column("share", justify="right")
     rows = [
         ("compute", step.compute_seconds),
-        ("tensor-parallel comm", step.tensor_comm_seconds),
+        ("exposed tensor-parallel communication", step.tensor_comm_seconds),
         ("pipeline bubble", step.pipeline_bubble_seconds),
-        ("pipeline transfers", step.pipeline_comm_seconds),
-        ("data-parallel comm", step.data_comm_seconds),
+        ("exposed pipeline transfers", step.pipeline_comm_seconds),
+        ("exposed data-parallel communication", step.data_comm_seconds),
         ("optimizer", step.optimizer_seconds),
     ]
     for name, value in rows:
@@ -104,18 +122,24 @@ def run_table(plan: Plan) -> Table:
     table = Table(title="Run", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
+    if plan.parameters is not None:
+        table.add_row(
+            "Parameters", f"{plan.parameters:,} ({format_count(plan.parameters, 'parameter')})"
+        )
+    tokens = plan.total_steps * plan.tokens_per_step
+    table.add_row("Tokens", f"{tokens:,} ({format_count(tokens, 'token')})")
     table.add_row("Steps", f"{plan.total_steps:,}")
     table.add_row("Training time", format_duration(plan.compute_seconds))
     table.add_row(
         "Overhead",
         f"{format_duration(plan.overhead_seconds)} (checkpoints,"
-        f" {reliability.expected_interruptions:.1f} expected interruptions)",
+        f" {reliability.expected_interruptions:,.1f} expected interruptions)",
     )
     table.add_row("Duration", format_duration(plan.duration_seconds))
     table.add_row("GPU-hours", f"{plan.gpu_hours:,.0f}")
     table.add_row("MFU", f"{plan.mfu:.1%}")
-    table.add_row("Tokens/s per GPU", f"{plan.tokens_per_second_per_gpu:,.0f}")
-    table.add_row("Checkpoint every", f"{reliability.checkpoint_interval_steps:,} steps")
+    table.add_row("Tokens per second per GPU", f"{plan.tokens_per_second_per_gpu:,.0f}")
+    table.add_row("Checkpoint every", format_count(reliability.checkpoint_interval_steps, "step"))
     table.add_row(
         "Rule of thumb",
         f"{plan.rule_of_thumb_gpus:,} GPUs for the same duration (6ND at ~40% MFU);"
@@ -131,7 +155,7 @@ def _layout_words(plan_layout: PlanLayout) -> str:
     words += [
         f"mb{plan_layout.micro_batch_size}",
         f"ZeRO-{plan_layout.zero_stage}",
-        f"{plan_layout.activation_checkpointing} recompute",
+        RECOMPUTE_WORDS[plan_layout.activation_checkpointing],
     ]
     return " ".join(words)
 
@@ -145,9 +169,9 @@ def alternatives_table(plan: Plan) -> Table:
     table.add_column("vs chosen")
     for other in plan.alternatives:
         table.add_row(
-            str(other.gpus),
+            f"{other.gpus:,}",
             _layout_words(other.layout),
-            f"{other.step_seconds:.2f}s",
+            format_duration(other.step_seconds),
             format_duration(other.duration_seconds),
             other.note,
         )
@@ -157,7 +181,7 @@ def alternatives_table(plan: Plan) -> Table:
 def print_plan_table(console: Console, name: str, plan: Plan) -> None:
     """Print one plan with every table and the explanation."""
     title = (
-        f"{name}: {plan.gpus} x {plan.gpu_type}, {format_duration(plan.duration_seconds)},"
+        f"{name}: {plan.gpus:,} x {plan.gpu_type}, {format_duration(plan.duration_seconds)},"
         f" {plan.gpu_hours:,.0f} GPU-hours"
     )
     tables: list[Table] = [

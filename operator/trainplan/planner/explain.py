@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from trainplan.api import TrainingPlanSpec, format_duration
+from trainplan.api import TrainingPlanSpec, format_count, format_duration
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.resolve import ResolvedSpec
 from trainplan.planner.search import Evaluation
+from trainplan.planner.shapes import parameter_count
 
 _GIB = float(1 << 30)
 
@@ -75,13 +76,20 @@ def explain(
     reliability = choice.reliability
     assert step is not None and reliability is not None
     memory = choice.memory
+    steps = resolved.run.total_steps
     lines = [
-        f"Goal: {goal}; {evaluated_count} layouts priced.",
+        f"Goal: {goal}; {format_count(evaluated_count, 'layout')} priced.",
+        (
+            f"Work: {format_count(parameter_count(workload.shape), 'parameter')} trained on"
+            f" {format_count(steps * workload.tokens_per_step, 'token')}"
+            f" ({format_count(steps, 'step')} of {workload.tokens_per_step:,} tokens)."
+        ),
         f"Chosen: {layout.describe()}: {describe_layout(layout, workload)}.",
         (
-            f"Global batch {layout.global_batch_size} = micro-batch {layout.micro_batch_size}"
-            f" x {layout.data} data-parallel ranks x {layout.accumulation_steps} accumulation"
-            f" steps ({workload.tokens_per_step:,} tokens per step)."
+            f"Global batch {layout.global_batch_size:,} = micro-batch"
+            f" {layout.micro_batch_size:,} x {format_count(layout.data, 'data-parallel rank')}"
+            f" x {format_count(layout.accumulation_steps, 'accumulation step')}"
+            f" ({workload.tokens_per_step:,} tokens per step)."
         ),
         (
             f"Memory per GPU: {gib(memory.total_bytes)} of {gib(memory.capacity_bytes)}"
@@ -94,10 +102,10 @@ def explain(
     total = step.step_seconds
     pieces = [
         ("compute", step.compute_seconds),
-        ("tensor-parallel communication", step.tensor_comm_seconds),
+        ("exposed tensor-parallel communication", step.tensor_comm_seconds),
         ("pipeline bubble", step.pipeline_bubble_seconds),
-        ("pipeline transfers", step.pipeline_comm_seconds),
-        ("data-parallel communication", step.data_comm_seconds),
+        ("exposed pipeline transfers", step.pipeline_comm_seconds),
+        ("exposed data-parallel communication", step.data_comm_seconds),
         ("optimizer", step.optimizer_seconds),
     ]
     spent = ", ".join(f"{name} {_share(value, total)}" for name, value in pieces if value > 0)
@@ -107,7 +115,7 @@ def explain(
     )
     compute = total * resolved.run.total_steps
     lines.append(
-        f"{resolved.run.total_steps:,} steps x {format_duration(total)} ="
+        f"{format_count(steps, 'step')} x {format_duration(total)} ="
         f" {format_duration(compute)} of training; checkpoints and"
         f" {reliability.expected_interruptions:.1f} expected interruptions add"
         f" {format_duration(max(0.0, reliability.duration_seconds - compute))}:"
@@ -115,17 +123,18 @@ def explain(
     )
     if spec.reliability.checkpoint_interval_steps is not None:
         lines.append(
-            f"Checkpoint every {reliability.checkpoint_interval_steps} steps (pinned by"
+            f"Checkpoint every {format_count(reliability.checkpoint_interval_steps, 'step')}"
+            " (pinned by"
             " reliability.checkpointIntervalSteps)."
         )
     elif math.isfinite(reliability.mean_seconds_between_interruptions):
         lines.append(
-            f"Checkpoint every {reliability.checkpoint_interval_steps} steps"
+            f"Checkpoint every {format_count(reliability.checkpoint_interval_steps, 'step')}"
             f" ({format_duration(reliability.checkpoint_interval_steps * total)} of work): the"
             f" Young/Daly optimum sqrt(2 x {format_duration(reliability.checkpoint_seconds)}"
             " checkpoint x "
             f"{format_duration(reliability.mean_seconds_between_interruptions)} between"
-            f" interruptions on {layout.gpus} GPUs)."
+            f" interruptions on {format_count(layout.gpus, 'GPU')})."
         )
     for other, note in alternatives:
         lines.append(f"Runner-up {other.layout.describe()}: {note}.")
@@ -168,10 +177,10 @@ def infeasibility_reasons(
             reasons.append(
                 f"Weights, gradients and optimizer states alone need {gib(states)} per GPU"
                 f" even in the most sharded layout ({smallest.layout.describe()}, up to"
-                f" {most_gpus} GPUs); {gpu.name} has {gib(memory.capacity_bytes)}."
+                f" {format_count(most_gpus, 'GPU')}); {gpu.name} has {gib(memory.capacity_bytes)}."
             )
         reasons.append(
-            f"The smallest footprint among {len(evaluated)} layouts is"
+            f"The smallest footprint among {format_count(len(evaluated), 'layout')} is"
             f" {gib(memory.total_bytes)} per GPU ({smallest.layout.describe()}): weights,"
             f" gradients and optimizer {gib(states)}, activations"
             f" {gib(memory.activations_bytes)}, logits {gib(memory.logits_bytes)}, overhead"
@@ -208,7 +217,7 @@ def infeasibility_reasons(
         ]
     if deadline is not None:
         ceiling = spec.objective.max_gpus
-        within = f"within {ceiling} GPUs (objective.maxGPUs)" if ceiling else "found"
+        within = f"within {ceiling:,} GPUs (objective.maxGPUs)" if ceiling else "found"
         return [
             f"The fastest plan {within} uses {fastest.layout.gpus} GPUs"
             f" ({fastest.layout.describe()}) and takes"

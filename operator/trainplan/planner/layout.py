@@ -19,6 +19,13 @@ Optimizer = Literal["adamw", "sgd"]
 AttentionKernel = Literal["flash", "standard"]
 
 CHECKPOINTING_LEVELS: tuple[Checkpointing, ...] = ("none", "selective", "full")
+RECOMPUTE_WORDS: dict[Checkpointing, str] = {
+    "none": "no-recompute",
+    "selective": "selective-recompute",
+    "full": "full-recompute",
+}
+"""Each activation-recomputation level in a layout's short form (never "ckpt", which
+reads as a model checkpoint)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +56,7 @@ class Layout:
         return self.micro_batch_size * self.data * self.accumulation_steps
 
     def describe(self) -> str:
-        """Short human form, e.g. `TP8 PP4 DP64 mb1 ga4 ZeRO-1 sel`."""
+        """Short human form, e.g. `TP8 PP4 DP64 mb1 ga4 ZeRO-1 selective-recompute`."""
         parts = [f"TP{self.tensor}", f"PP{self.pipeline}", f"DP{self.data}"]
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")
@@ -57,9 +64,7 @@ class Layout:
         parts.append(f"ZeRO-{self.zero_stage}")
         if self.sequence_parallel:
             parts.append("SP")
-        parts.append(
-            {"none": "no-ckpt", "selective": "sel-ckpt", "full": "full-ckpt"}[self.checkpointing]
-        )
+        parts.append(RECOMPUTE_WORDS[self.checkpointing])
         return " ".join(parts)
 
 

@@ -37,6 +37,7 @@ from trainplan.planner.search import (
     select_fastest,
     select_fewest_gpus_for_deadline,
 )
+from trainplan.planner.shapes import parameter_count
 
 DEFAULT_GPU_CEILING = 16384
 """Largest GPU count a deadline search considers when the spec sets no maxGPUs."""
@@ -279,6 +280,7 @@ def _plan_object(
             logits_bytes=memory.logits_bytes,
             overhead_bytes=memory.overhead_bytes,
         ),
+        parameters=round(parameter_count(workload.shape)),
         flops_per_step=choice.model_flops_per_step,
         step_seconds=step.step_seconds,
         step_breakdown=StepBreakdown(
