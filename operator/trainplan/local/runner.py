@@ -466,7 +466,7 @@ class _Supervisor:
             write_summary(options.report_dir, result.summary)
             # An interrupted run has no actual end to mark.
             ended = None if self.interrupted_by is not None else seconds
-            write_plot(options.report_dir, self.revisions, ended)
+            write_plot(options.report_dir, self.revisions, ended, plan_name=self.local.name)
         return result
 
     def _emit(self, revision: Revision, server: MetricsServer, eta_log: IO[str] | None) -> None:
