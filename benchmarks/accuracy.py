@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from benchmarks.reference_data import (
+    STEP_FIT_RUNS,
     BenchmarkRow,
     RunRow,
     SweepRow,
@@ -24,6 +25,7 @@ from trainplan.planner.calibration import Calibration
 from trainplan.planner.catalog import Catalog, load_catalog
 from trainplan.planner.flops import six_n_d_flops
 from trainplan.planner.layout import Layout, Workload
+from trainplan.planner.reliability import estimate_reliability
 from trainplan.planner.search import (
     Evaluation,
     Evaluator,
@@ -152,19 +154,63 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
     return cov / (vx * vy)
 
 
-def run_gpu_hours(row: RunRow, calibration: Calibration) -> tuple[float, Evaluation | None]:
-    """GPU-hours of a whole published run: the planner's own layout on the run's GPUs,
-    with its failure model."""
-    total_steps = math.ceil(row.tokens / row.workload.tokens_per_step)
-    run = RunSettings(
-        total_steps=total_steps,
+RUN_CHECKPOINT_SECONDS = 60.0
+
+
+def _run_settings(row: RunRow, calibration: Calibration) -> RunSettings:
+    return RunSettings(
+        total_steps=math.ceil(row.tokens / row.workload.tokens_per_step),
         interruptions_per_gpu_hour=calibration.interruptions_per_gpu_hour,
-        checkpoint_seconds=60.0,
+        checkpoint_seconds=RUN_CHECKPOINT_SECONDS,
         restart_seconds=calibration.restart_seconds,
     )
-    evaluator = Evaluator(row.workload, calibration, run)
-    choice = select_fastest(best_at(evaluator, row.gpus, LayoutPins()))
-    return (math.inf if choice is None else choice.gpu_hours), choice
+
+
+def run_choice(row: RunRow, calibration: Calibration) -> Evaluation | None:
+    """The planner's own fastest layout on the run's GPUs (its step time does not depend
+    on the whole-run constants, so a fit of those may reuse it)."""
+    evaluator = Evaluator(row.workload, calibration, _run_settings(row, calibration))
+    return select_fastest(best_at(evaluator, row.gpus, LayoutPins()))
+
+
+def run_gpu_hours_of(
+    row: RunRow,
+    choice: Evaluation | None,
+    calibration: Calibration,
+    goodput: float | None = None,
+) -> float:
+    """GPU-hours of `row` on `choice`'s layout: steady steps, the whole-run goodput
+    (`calibration.run_goodput` unless given) and the failure model
+    (`reliability.estimate_reliability`)."""
+    if choice is None or choice.step is None:
+        return math.inf
+    run = _run_settings(row, calibration)
+    goodput = calibration.run_goodput if goodput is None else goodput
+    reliability = estimate_reliability(
+        compute_seconds=choice.step.step_seconds * run.total_steps,
+        step_seconds=choice.step.step_seconds,
+        total_steps=run.total_steps,
+        gpus=row.gpus,
+        interruptions_per_gpu_hour=run.interruptions_per_gpu_hour,
+        checkpoint_seconds=run.checkpoint_seconds,
+        restart_seconds=run.restart_seconds,
+        goodput=goodput,
+    )
+    return reliability.duration_seconds * choice.layout.gpus / 3600.0
+
+
+def run_gpu_hours(row: RunRow, calibration: Calibration) -> tuple[float, Evaluation | None]:
+    """GPU-hours of a whole published run: the planner's own layout on the run's GPUs,
+    with its failure model and whole-run goodput."""
+    choice = run_choice(row, calibration)
+    return run_gpu_hours_of(row, choice, calibration), choice
+
+
+def run_baseline_gpu_hours(row: RunRow) -> float:
+    """The rule of thumb for a whole run: 6 N D FLOPs at 40% of the dense peak."""
+    six_n_d = six_n_d_flops(parameter_count(row.workload.shape), row.tokens)
+    peak = row.workload.gpu.peak_flops_for(row.workload.precision)
+    return six_n_d / (peak * BASELINE_MFU) / 3600.0
 
 
 def _markdown_predictions(title: str, predictions: list[Prediction], unit: str) -> list[str]:
@@ -202,15 +248,18 @@ def report(catalog: Catalog) -> str:
     )
     runs = []
     for row in run_rows(catalog):
-        gpu_hours, choice = run_gpu_hours(row, calibration)
+        if row.row_id not in STEP_FIT_RUNS:
+            continue  # the others: python -m benchmarks.whole_runs
+        choice = run_choice(row, calibration)
+        gpu_hours = run_gpu_hours_of(row, choice, calibration, goodput=1.0)
         six_n_d = six_n_d_flops(parameter_count(row.workload.shape), row.tokens)
         peak = row.workload.gpu.peak_flops_for(row.workload.precision)
         baseline = six_n_d / (peak * BASELINE_MFU) / 3600.0
         layout = "none" if choice is None else choice.layout.describe()
         runs.append(Prediction(row.row_id, row.published_gpu_hours, gpu_hours, baseline, layout))
     lines += _markdown_predictions(
-        "GPU-hours of whole runs, published_runs.csv (the planner's own layout, failure model"
-        " included)",
+        "GPU-hours of the LLaMA-1 runs in the step-time fit (the planner's own layout, failure"
+        " model included, priced as steady steps)",
         runs,
         "GPU-h",
     )

@@ -2,9 +2,11 @@
 
 `python -m benchmarks.fit_calibration [--write]` minimises, by bounded least squares
 (scipy), the log errors of predicted step time on `published_benchmarks.csv` (every pin
-of each row applied) and of GPU-hours on `published_runs.csv`, plus, for the vTrain
-sweeps, each layout's log error relative to its model's mean (so the sweeps shape the
-ranking of layouts, and the benchmarks and runs the level).
+of each row applied) and of GPU-hours of the two LLaMA-1 runs priced as steady steps
+(`STEP_FIT_RUNS`), plus, for the vTrain sweeps, each layout's log error relative to its
+model's mean (so the sweeps shape the ranking of layouts, and the benchmarks and runs the
+level). Then, with those constants fixed, the whole-run goodput (`fit_goodput`) on every
+row of `published_runs.csv`.
 With `--write` it stores the result in `trainplan/planner/data/calibration.yaml`.
 """
 
@@ -22,8 +24,13 @@ import numpy as np
 import yaml
 from scipy.optimize import least_squares
 
-from benchmarks.accuracy import predict_benchmarks, predict_sweeps, run_gpu_hours
-from benchmarks.reference_data import run_rows
+from benchmarks.accuracy import (
+    predict_benchmarks,
+    predict_sweeps,
+    run_choice,
+    run_gpu_hours_of,
+)
+from benchmarks.reference_data import STEP_FIT_RUNS, RunRow, run_rows
 from trainplan.planner.calibration import (
     ArchitectureEfficiency,
     Calibration,
@@ -32,6 +39,7 @@ from trainplan.planner.calibration import (
 from trainplan.planner.catalog import Catalog, load_catalog
 
 SWEEP_WEIGHT = 0.5
+GOODPUT_GRID = np.round(np.arange(0.30, 1.00001, 0.0005), 4)
 
 
 @dataclass(frozen=True)
@@ -115,11 +123,41 @@ def residuals(
         mean = sum(values) / len(values)
         errors += [SWEEP_WEIGHT * (v - mean) for v in values]
     for run in run_rows(catalog):
-        if run.row_id in held_out:
+        if run.row_id not in STEP_FIT_RUNS or run.row_id in held_out:
             continue
-        gpu_hours, _ = run_gpu_hours(run, calibration)
+        gpu_hours = run_gpu_hours_of(run, run_choice(run, calibration), calibration, goodput=1.0)
         errors.append(math.log(gpu_hours / run.published_gpu_hours))
     return np.array(errors)
+
+
+def fit_goodput(
+    catalog: Catalog, calibration: Calibration, held_out_groups: frozenset[str] = frozenset()
+) -> float:
+    """The whole-run goodput minimising the sum of absolute log errors of GPU-hours over
+    the rows of `published_runs.csv` outside `held_out_groups` (their median, in effect:
+    robust to rows whose steady step time is off, which goodput must not absorb). The
+    step-time constants stay as given; rows with no feasible layout are skipped."""
+    pairs: list[tuple[RunRow, Any]] = []
+    for row in run_rows(catalog):
+        if row.group in held_out_groups:
+            continue
+        choice = run_choice(row, calibration)
+        if choice is not None:
+            pairs.append((row, choice))
+    best, best_loss = 1.0, math.inf
+    for goodput in GOODPUT_GRID:
+        loss = sum(
+            abs(
+                math.log(
+                    run_gpu_hours_of(row, choice, calibration, float(goodput))
+                    / row.published_gpu_hours
+                )
+            )
+            for row, choice in pairs
+        )
+        if loss < best_loss - 1e-12:
+            best, best_loss = float(goodput), loss
+    return best
 
 
 def fit(
@@ -152,8 +190,10 @@ def main() -> None:
     args = parser.parse_args()
     catalog = load_catalog()
     fitted = fit(catalog, catalog.calibration)
+    fitted = replace(fitted, run_goodput=fit_goodput(catalog, fitted))
     for parameter in PARAMETERS:
         print(f"{parameter.name:45s} {parameter.get(fitted):.4g}")
+    print(f"{'run_goodput':45s} {fitted.run_goodput:.4g}")
     if args.write:
         document = calibration_to_mapping(fitted)
         for entry in document["architectures"].values():

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from benchmarks.accuracy import Prediction, predict_benchmarks, run_gpu_hours
 from benchmarks.fit_calibration import fit
-from benchmarks.reference_data import benchmark_rows, run_rows
+from benchmarks.reference_data import STEP_FIT_RUNS, benchmark_rows, run_rows
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.catalog import Catalog, load_catalog
 
@@ -54,7 +54,7 @@ def groups(catalog: Catalog) -> dict[str, frozenset[str]]:
         else:
             key = f"MosaicML {row.workload.gpu.name}"
         result.setdefault(key, set()).add(row.row_id)
-    result["LLaMA runs (GPU-hours)"] = {row.row_id for row in run_rows(catalog)}
+    result["LLaMA runs (GPU-hours)"] = set(STEP_FIT_RUNS)
     return {key: frozenset(ids) for key, ids in result.items()}
 
 
@@ -62,7 +62,9 @@ def main() -> None:
     catalog = load_catalog()
     in_sample = {p.row_id: p for p in predict_benchmarks(catalog, catalog.calibration)}
     for row in run_rows(catalog):
-        hours, _ = run_gpu_hours(row, catalog.calibration)
+        if row.row_id not in STEP_FIT_RUNS:
+            continue
+        hours, _ = run_gpu_hours(row, replace(catalog.calibration, run_goodput=1.0))
         in_sample[row.row_id] = Prediction(row.row_id, row.published_gpu_hours, hours, 0, "")
     start = _neutral(catalog.calibration)
     print(
@@ -75,7 +77,7 @@ def main() -> None:
         held: list[Prediction] = [p for p in predict_benchmarks(catalog, fitted) if p.row_id in ids]
         for row in run_rows(catalog):
             if row.row_id in ids:
-                hours, _ = run_gpu_hours(row, fitted)
+                hours, _ = run_gpu_hours(row, replace(fitted, run_goodput=1.0))
                 held.append(Prediction(row.row_id, row.published_gpu_hours, hours, 0, ""))
         mae = sum(abs(p.error) for p in held) / len(held)
         worst = max(held, key=lambda p: abs(p.error))

@@ -13,7 +13,8 @@ source, and said here:
   say "interleaved" without a count; otherwise one chunk.
 - the vTrain sweeps give no vocabulary; Megatron-LM's GPT default of 51,200 is used.
 - tied embeddings: Megatron-LM's GPT and MosaicML's MPT share the input and output
-  embedding matrices; LLaMA does not.
+  embedding matrices; LLaMA does not. `published_runs.csv` states both the attention
+  kernel and tied embeddings per row (`attention`, `tied_embeddings` columns).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from trainplan.planner.catalog import Catalog
 from trainplan.planner.layout import AttentionKernel, Checkpointing, Workload
@@ -33,6 +35,10 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
 _PRE_FLASH_SOURCES = ("Narayanan", "Korthikanti", "vTrain")
 _VTRAIN_VOCAB = 51200
 _UNTIED_SOURCES = ("Touvron",)
+STEP_FIT_RUNS = frozenset({"llama1-7b", "llama1-65b"})
+"""Whole runs the step-time constants are fitted to, priced as steady steps (goodput 1):
+LLaMA-1's Table 15 prices steady throughput (65B: 1.4T tokens at 380 tokens/s/GPU).
+The other rows of `published_runs.csv` fit only the whole-run goodput."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,9 @@ class SweepRow:
     measured_step_seconds: float
 
 
+HoursBasis = Literal["elapsed", "steps"]
+
+
 @dataclass(frozen=True, slots=True)
 class RunRow:
     """A whole published training run."""
@@ -69,10 +78,25 @@ class RunRow:
     gpus: int
     tokens: float
     published_gpu_hours: float
+    hours_basis: HoursBasis
+    """How the source counted its GPU-hours: "elapsed" (GPUs x wall-clock or billed time,
+    every overhead included) or "steps" (computed from steady throughput or logged
+    iteration time, so without the run's overheads)."""
+    group: str
+    """The publication the row comes from (one organisation's report): the unit left out
+    together by the leave-one-source-out evaluation."""
 
 
 def _attention_for(source: str) -> AttentionKernel:
     return "standard" if source.startswith(_PRE_FLASH_SOURCES) else "flash"
+
+
+def _tied(row: dict[str, str], source: str) -> bool:
+    """The row's `tied_embeddings` column where it has one, else the source's family."""
+    text = (row.get("tied_embeddings") or "").strip().lower()
+    if text:
+        return text == "true"
+    return not source.startswith(_UNTIED_SOURCES)
 
 
 def _shape(row: dict[str, str], source: str, vocab: int | None = None) -> ModelShape:
@@ -87,7 +111,7 @@ def _shape(row: dict[str, str], source: str, vocab: int | None = None) -> ModelS
         gated_mlp=row.get("gated_mlp", "false").strip().lower() == "true",
         vocab_size=vocab if vocab is not None else int(row["vocab_size"]),
         sequence_length=int(row["sequence_length"]),
-        tied_embeddings=not source.startswith(_UNTIED_SOURCES),
+        tied_embeddings=_tied(row, source),
     )
 
 
@@ -186,6 +210,28 @@ def sweep_free_pins() -> LayoutPins:
     return LayoutPins(zero_stage=0, checkpointing="full", sequence_parallel=False, virtual_stages=1)
 
 
+def run_group(row_id: str) -> str:
+    """The source group of a whole-run row: its id up to the first '-' ("llama2-70b" ->
+    "llama2"), one publication each (see the `source` column)."""
+    return row_id.split("-", 1)[0]
+
+
+def _run_attention(row: dict[str, str]) -> AttentionKernel:
+    text = (row.get("attention") or "").strip()
+    if not text:
+        return _attention_for(row["source"])
+    if text not in ("standard", "flash"):
+        raise ValueError(f"unknown attention {text!r}")
+    return text  # type: ignore[return-value]
+
+
+def _hours_basis(text: str) -> HoursBasis:
+    value = text.strip()
+    if value not in ("elapsed", "steps"):
+        raise ValueError(f"unknown hours_basis {value!r}")
+    return value  # type: ignore[return-value]
+
+
 def run_rows(catalog: Catalog) -> Iterator[RunRow]:
     """Rows of `published_runs.csv`."""
     for row in _read("published_runs.csv"):
@@ -194,7 +240,7 @@ def run_rows(catalog: Catalog) -> Iterator[RunRow]:
             gpu=catalog.gpu(row["gpu_type"]),
             gpus_per_node=8,
             global_batch_size=int(row["global_batch_size"]),
-            attention=_attention_for(row["source"]),
+            attention=_run_attention(row),
         )
         yield RunRow(
             row_id=row["id"],
@@ -203,4 +249,6 @@ def run_rows(catalog: Catalog) -> Iterator[RunRow]:
             gpus=int(row["gpus"]),
             tokens=float(row["tokens"]),
             published_gpu_hours=float(row["published_gpu_hours"]),
+            hours_basis=_hours_basis(row["hours_basis"]),
+            group=run_group(row["id"]),
         )

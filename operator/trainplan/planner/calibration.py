@@ -62,6 +62,10 @@ class Calibration:
     """Default failure rate: job interruptions per GPU-hour."""
     restart_seconds: float
     """Default time from an interruption to training again (reschedule, load checkpoint)."""
+    run_goodput: float = 1.0
+    """Fraction of a whole run's failure-free wall-clock spent in steady training steps
+    (0..1]: the rest is evaluation, warm-up and batch ramp-up, data stalls, stragglers and
+    clusters below the catalog peak (`reliability.estimate_reliability`)."""
 
     def architecture(self, name: str) -> ArchitectureEfficiency:
         """The constants for `name`, or the `default` entry."""
@@ -93,6 +97,7 @@ class _CalibrationDocument(BaseModel):
     memory_fragmentation: float = Field(ge=0, le=1)
     interruptions_per_gpu_hour: float = Field(ge=0)
     restart_seconds: float = Field(ge=0)
+    run_goodput: float = Field(default=1.0, gt=0, le=1)
 
 
 def calibration_from_mapping(document: Mapping[str, Any]) -> Calibration:

@@ -6,6 +6,16 @@ al. 2024, arXiv 2407.21783, section 3.3.4: 419 unexpected interruptions in 54 da
 lost work. The checkpoint interval minimises the expected overhead, sqrt(2 C M) seconds
 of work for checkpoint cost C and mean time between interruptions M (Young 1974, with
 Daly's 2006 first-order form).
+
+Whole runs spend time that neither steady steps nor failures explain: evaluation passes,
+warm-up and batch-size ramp-up (LLaMA-3 ramps 4M -> 8M -> 16M tokens, Dubey et al. 2024
+section 3.4.1; BLOOM and BloombergGPT ramp too), data-loader and storage stalls,
+stragglers and clusters below the catalog's peak (LLaMA-2's production cluster capped
+its A100s at 350 W against 400 W on RSC, Touvron et al. 2023, section 2.2.1). Their
+sum is one multiplicative `goodput`: the fraction of failure-free wall-clock spent in
+steady training steps, what Meta calls "effective training time" (over 90% for Llama
+3 405B, Dubey et al. 2024, section 3.3.4, where failures are also counted).
+`benchmarks/fit_calibration.py` fits it to published whole runs (`tests/data/`).
 """
 
 from __future__ import annotations
@@ -40,6 +50,14 @@ def young_daly_interval_seconds(checkpoint_seconds: float, mtbi_seconds: float) 
     return math.sqrt(2.0 * checkpoint_seconds * mtbi_seconds)
 
 
+def whole_run_compute_seconds(steady_seconds: float, goodput: float) -> float:
+    """Failure-free wall-clock of `steady_seconds` of steady steps at `goodput` (0..1]:
+    steady / goodput."""
+    if not 0.0 < goodput <= 1.0:
+        raise ValueError(f"goodput must be in (0, 1], got {goodput}")
+    return steady_seconds / goodput
+
+
 def estimate_reliability(
     *,
     compute_seconds: float,
@@ -50,13 +68,16 @@ def estimate_reliability(
     checkpoint_seconds: float,
     restart_seconds: float,
     checkpoint_interval_steps: int | None = None,
+    goodput: float = 1.0,
 ) -> ReliabilityEstimate:
-    """Expected wall-clock of a run of `compute_seconds` of training work.
+    """Expected wall-clock of a run of `compute_seconds` of steady training steps.
 
+    The failure-free work is T = compute_seconds / goodput (`whole_run_compute_seconds`).
     With work W between checkpoints, the run writes T / W checkpoints of C seconds and
     meets D / M interruptions of R + W / 2 seconds each, so
     D = T (1 + C / W) / (1 - (R + W / 2) / M). A run that loses more than it gains per
-    interruption (denominator <= 0) is infeasible.
+    interruption (denominator <= 0) is infeasible. `overhead_seconds` is D minus the
+    steady steps' `compute_seconds`.
     """
     mtbi = mean_seconds_between_interruptions(interruptions_per_gpu_hour, gpus)
     if checkpoint_interval_steps is None:
@@ -68,9 +89,10 @@ def estimate_reliability(
         interval_steps = max(1, min(interval_steps, total_steps))
     else:
         interval_steps = checkpoint_interval_steps
-    work_seconds = interval_steps * step_seconds
+    work_seconds = interval_steps * step_seconds / goodput
     checkpoints = math.floor(total_steps / interval_steps)
-    with_checkpoints = compute_seconds + checkpoints * checkpoint_seconds
+    work = whole_run_compute_seconds(compute_seconds, goodput)
+    with_checkpoints = work + checkpoints * checkpoint_seconds
     loss_per_interruption = restart_seconds + work_seconds / 2.0
     if math.isinf(mtbi):
         duration, interruptions, feasible = with_checkpoints, 0.0, True

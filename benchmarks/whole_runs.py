@@ -1,0 +1,120 @@
+"""Whole-run GPU-hours: in sample and leaving out each source in turn.
+
+`python -m benchmarks.whole_runs` prices every row of `published_runs.csv` with the
+planner's own layout on the run's GPUs, the failure model and the whole-run goodput:
+once with `calibration.yaml`'s goodput (in sample), and once per source group with the
+goodput refitted without that group (`fit_calibration.fit_goodput`), predicting the
+group's rows (leave one source out). The step-time constants are those of
+`calibration.yaml` in both; they were fitted to the LLaMA-1 7B and 65B rows as steady
+steps, so the LLaMA-1 group is not fully out of sample. The baseline is 6 N D at 40% MFU.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+
+from benchmarks.accuracy import run_baseline_gpu_hours, run_choice, run_gpu_hours_of
+from benchmarks.fit_calibration import fit_goodput
+from benchmarks.reference_data import run_rows
+from trainplan.planner.catalog import Catalog, load_catalog
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """One whole run: published, in-sample and held-out GPU-hours, and the baseline."""
+
+    row_id: str
+    group: str
+    published: float
+    in_sample: float
+    held_out: float
+    held_out_goodput: float
+    baseline: float
+    layout: str
+
+    @staticmethod
+    def error(value: float, published: float) -> float:
+        return value / published - 1.0
+
+
+def evaluate(catalog: Catalog) -> list[RunResult]:
+    """Every row, in sample and with its source group left out of the goodput fit."""
+    calibration = catalog.calibration
+    rows = list(run_rows(catalog))
+    choices = {row.row_id: run_choice(row, calibration) for row in rows}
+    goodput_without = {
+        group: fit_goodput(catalog, calibration, frozenset({group}))
+        for group in dict.fromkeys(row.group for row in rows)
+    }
+    results = []
+    for row in rows:
+        choice = choices[row.row_id]
+        held = goodput_without[row.group]
+        results.append(
+            RunResult(
+                row_id=row.row_id,
+                group=row.group,
+                published=row.published_gpu_hours,
+                in_sample=run_gpu_hours_of(row, choice, calibration),
+                held_out=run_gpu_hours_of(row, choice, calibration, held),
+                held_out_goodput=held,
+                baseline=run_baseline_gpu_hours(row),
+                layout="no feasible layout" if choice is None else choice.layout.describe(),
+            )
+        )
+    return results
+
+
+def _summary(errors: list[float]) -> tuple[float, float]:
+    absolute = [abs(e) for e in errors]
+    return statistics.median(absolute), sum(absolute) / len(absolute)
+
+
+def report(catalog: Catalog) -> str:
+    """The whole-run table of BENCHMARKS.md, as markdown."""
+    results = evaluate(catalog)
+    lines = [
+        "| row | published GPU-h | trainplan in sample | error | trainplan held out"
+        " (goodput) | error | 6ND at 40% | error | trainplan layout |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.row_id} | {r.published:,.0f} | {r.in_sample:,.0f} |"
+            f" {RunResult.error(r.in_sample, r.published):+.1%} |"
+            f" {r.held_out:,.0f} ({r.held_out_goodput:.3f}) |"
+            f" {RunResult.error(r.held_out, r.published):+.1%} | {r.baseline:,.0f} |"
+            f" {RunResult.error(r.baseline, r.published):+.1%} | {r.layout} |"
+        )
+    feasible = [r for r in results if math.isfinite(r.in_sample)]
+    left_out = [r.row_id for r in results if not math.isfinite(r.in_sample)]
+    rows_in = f"{len(feasible)} rows with a feasible layout" + (
+        f" ({', '.join(left_out)} has none)" if left_out else ""
+    )
+    for name, values in (
+        ("trainplan in sample", [RunResult.error(r.in_sample, r.published) for r in feasible]),
+        (
+            "trainplan, leave one source out",
+            [RunResult.error(r.held_out, r.published) for r in feasible],
+        ),
+        ("6ND at 40% MFU", [RunResult.error(r.baseline, r.published) for r in feasible]),
+        ("6ND at 40% MFU, all rows", [RunResult.error(r.baseline, r.published) for r in results]),
+    ):
+        median, mean = _summary(values)
+        lines.append("")
+        lines.append(f"- {name}: median absolute error {median:.1%}, mean {mean:.1%}")
+    lines.insert(0, f"{len(results)} runs; summaries over {rows_in}.\n")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    catalog = load_catalog()
+    print(report(catalog))
+    calibration = replace(catalog.calibration)
+    print(f"\nrun_goodput in calibration.yaml: {calibration.run_goodput}")
+
+
+if __name__ == "__main__":
+    main()
