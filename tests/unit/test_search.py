@@ -358,7 +358,8 @@ def test_fewest_gpus_for_deadline_matches_brute_force(
     count that meets it, as a scan over every candidate count does."""
     workload = make_workload(catalog, model, batch)
     pins = LayoutPins()
-    evaluator = Evaluator(workload, catalog.calibration, NO_FAILURES)
+    # The brute force prices every count, far more than one plan may: no bound here.
+    evaluator = Evaluator(workload, catalog.calibration, NO_FAILURES, max_evaluations=10**6)
     counts = candidate_gpu_counts(workload, pins, ceiling)
     best: dict[int, float] = {}
     for count in counts:

@@ -639,11 +639,21 @@ class TrainingPlanSpec(ApiModel):
                 f"another (key/value heads are split or replicated across tensor ranks)"
             )
         stages = par.virtual_pipeline_stages or 1
-        if pipeline is not None and model.layers is not None and model.layers % (pipeline * stages):
-            problems.append(
-                f"model.layers ({model.layers}) must be divisible by parallelism.pipeline x "
-                f"parallelism.virtualPipelineStages ({pipeline} x {stages} = {pipeline * stages})"
-            )
+        layers = model.layers
+        if pipeline is not None and layers is not None:
+            # Interleaved chunks need an even split; plain stages may be uneven (the
+            # planner checks that the framework places them: trainplan.planner.stages).
+            if stages > 1 and layers % (pipeline * stages):
+                problems.append(
+                    f"model.layers ({layers}) must be divisible by parallelism.pipeline x "
+                    f"parallelism.virtualPipelineStages ({pipeline} x {stages} ="
+                    f" {pipeline * stages})"
+                )
+            elif layers < pipeline:
+                problems.append(
+                    f"model.layers ({layers}) must be at least parallelism.pipeline"
+                    f" ({pipeline}): every stage holds a layer"
+                )
         if par.zero_stage == 3 and pipeline is not None and pipeline > 1:
             problems.append(
                 f"parallelism.zeroStage 3 with parallelism.pipeline > 1 (got {pipeline}) is not "

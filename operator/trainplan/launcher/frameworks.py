@@ -12,11 +12,14 @@ flag wins, so they can override them).
 - `megatron`: Megatron-LM's `pretrain_gpt.py` (default `python pretrain_gpt.py`, relative
   to the image's working directory, the Megatron-LM checkout) with its flags
   (arguments.py of Megatron-LM core_r0.x): tensor, pipeline and interleaved pipeline
-  degrees, sequence parallelism, micro and global batch, the distributed optimizer for
-  ZeRO-1, recompute, precision, steps, the model shape and checkpointing. Megatron-LM's
+  degrees (with the first and last stages' layer counts when the pipeline degree does not
+  divide the layers: `planner.stages`), sequence parallelism, micro and global batch, the
+  distributed optimizer for ZeRO-1, recompute, precision, steps, the model shape and
+  checkpointing. Megatron-LM's
   distributed optimizer is ZeRO-1; a plan with ZeRO-2 or 3 is rejected.
 - `torchtitan`: `python -m torchtitan.train` with `JobConfig` overrides as named in
-  torchtitan v0.1.0 (torchtitan/config_manager.py at that tag, June 2025): `--parallelism.*`,
+  torchtitan v0.1.0 (torchtitan/config_manager.py at that tag, June 2025; uneven pipeline
+  stages as `pipeline_parallel_split_points`): `--parallelism.*`,
   `--training.*`, `--activation_checkpoint.mode`, `--checkpoint.*`. The model itself is
   chosen by torchtitan's `--model.name` / `--model.flavor` or a `--job.config_file`, which
   the user passes in `job.args`. Later torchtitan releases renamed some of these (e.g.
@@ -42,6 +45,7 @@ from typing import Any, Final
 from trainplan.api import DEFAULT_COMMAND, Plan, TrainingPlanSpec
 from trainplan.launcher.errors import LauncherError
 from trainplan.planner.shapes import ModelShape
+from trainplan.planner.stages import stage_layers
 
 MEGATRON_PROGRAM: Final = ("python", "pretrain_gpt.py")
 """Megatron-LM's GPT pre-training script, relative to the image's working directory."""
@@ -108,6 +112,19 @@ def _flag(name: str, value: int | str) -> tuple[str, str]:
     return (name, str(value))
 
 
+def _uneven_split(shape: ModelShape, pipeline: int) -> tuple[int, ...] | None:
+    """The layers of each stage when `pipeline` does not divide them (`planner.stages`);
+    None for an even split."""
+    if pipeline == 1 or shape.layers % pipeline == 0:
+        return None
+    split = stage_layers(shape.layers, pipeline)
+    if split is None:
+        raise LauncherError(
+            [("parallelism.pipeline", f"{pipeline} stages cannot split {shape.layers} layers")]
+        )
+    return split
+
+
 def megatron_arguments(
     plan: Plan, shape: ModelShape, precision: str, checkpoint_dir: str
 ) -> tuple[str, ...]:
@@ -132,6 +149,12 @@ def megatron_arguments(
     if layout.virtual_pipeline_stages > 1:
         layers_per_chunk = shape.layers // (layout.pipeline * layout.virtual_pipeline_stages)
         args += _flag("--num-layers-per-virtual-pipeline-stage", layers_per_chunk)
+    split = _uneven_split(shape, layout.pipeline)
+    if split is not None:
+        args += [
+            *_flag("--decoder-first-pipeline-num-layers", split[0]),
+            *_flag("--decoder-last-pipeline-num-layers", split[-1]),
+        ]
     if layout.sequence_parallel and layout.tensor > 1:
         args.append("--sequence-parallel")
     args += [
@@ -216,11 +239,17 @@ def torchtitan_arguments(
     if layout.pipeline > 1:
         stages = layout.pipeline * layout.virtual_pipeline_stages
         schedule = "Interleaved1F1B" if layout.virtual_pipeline_stages > 1 else "1F1B"
-        args += [
-            *_flag("--parallelism.pipeline_parallel_schedule", schedule),
-            *_flag("--parallelism.pipeline_parallel_layers_per_stage", shape.layers // stages),
-            *_flag("--parallelism.pipeline_parallel_microbatch_size", layout.micro_batch_size),
-        ]
+        args += _flag("--parallelism.pipeline_parallel_schedule", schedule)
+        split = _uneven_split(shape, layout.pipeline)
+        if split is None:
+            per_stage = shape.layers // stages
+            args += _flag("--parallelism.pipeline_parallel_layers_per_stage", per_stage)
+        else:
+            # Each stage after the first begins at a layer: "layers.13,layers.27,...".
+            starts = [sum(split[:index]) for index in range(1, len(split))]
+            points = ",".join(f"layers.{start}" for start in starts)
+            args += _flag("--parallelism.pipeline_parallel_split_points", points)
+        args += _flag("--parallelism.pipeline_parallel_microbatch_size", layout.micro_batch_size)
     only_data_parallel = layout.tensor == 1 and layout.pipeline == 1
     if layout.zero_stage == 0 and only_data_parallel:
         shard, replicate = 1, layout.data
@@ -253,10 +282,20 @@ def torchtitan_arguments(
     return tuple(args)
 
 
-def deepspeed_config(plan: Plan, precision: str) -> dict[str, Any]:
-    """The `ds_config.json` for the plan; LauncherError for layouts DeepSpeed rejects."""
+def deepspeed_config(plan: Plan, precision: str, layers: int) -> dict[str, Any]:
+    """The `ds_config.json` for the plan of a model of `layers` layers; LauncherError for
+    layouts DeepSpeed rejects or trainplan cannot place."""
     layout = plan.layout
     problems: list[tuple[str, str]] = []
+    if layers % layout.pipeline:
+        problems.append(
+            (
+                "parallelism.pipeline",
+                f"deepspeed splits a pipeline evenly only (the script's PipelineModule"
+                f" partitions the model): {layout.pipeline} stages do not divide {layers}"
+                f" layers; megatron and torchtitan place uneven stages",
+            )
+        )
     if layout.pipeline > 1 and layout.zero_stage > 1:
         problems.append(
             (
@@ -318,7 +357,7 @@ def launch_for(
         generated = torchtitan_arguments(plan, shape, precision, checkpoint_dir)
         return Launch(program, generated + user_args)
     if framework == "deepspeed":
-        config = deepspeed_config(plan, precision)
+        config = deepspeed_config(plan, precision, shape.layers)
         text = json.dumps(config, indent=2) + "\n"
         path = f"{DEEPSPEED_CONFIG_DIR}/{DEEPSPEED_CONFIG_FILE}"
         return Launch(

@@ -15,6 +15,7 @@ from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.resolve import ResolvedSpec
 from trainplan.planner.search import Evaluation
 from trainplan.planner.shapes import parameter_count
+from trainplan.planner.stages import stage_layers
 
 _GIB = float(1 << 30)
 
@@ -44,7 +45,13 @@ def describe_layout(layout: Layout, workload: Workload) -> str:
             if layout.virtual_stages > 1
             else ""
         )
-        parts.append(f"{p} pipeline stages{chunks}")
+        split = stage_layers(workload.shape.layers, p)
+        uneven = (
+            f" ({', '.join(map(str, split))} layers)"
+            if split is not None and workload.shape.layers % p
+            else ""
+        )
+        parts.append(f"{p} pipeline stages{chunks}{uneven}")
     parts.append(f"{d} data-parallel replica{'s' if d > 1 else ''}")
     zero = {
         0: "no ZeRO sharding",

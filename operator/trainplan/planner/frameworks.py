@@ -8,6 +8,10 @@
 - The reference trainer runs ZeRO 0-3, stage 3 without pipelining; its tensor
   parallelism splits the vocabulary, the MLP width and the key/value heads evenly (no
   padding), so the tensor degree must divide each.
+- Uneven pipeline stages (a degree that does not divide the layers, `planner.stages`):
+  Megatron-LM (first and last stage layer counts) and torchtitan (split points) place
+  them; DeepSpeed's pipeline is partitioned by the user's own `PipelineModule`, which
+  trainplan does not set, so it gets even splits only.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ class FrameworkLimits:
     max_zero_stage_with_pipeline: int
     tensor_splits_evenly: bool = False
     """Tensor parallelism needs vocab, MLP width and kv heads divisible by its degree."""
+    uneven_pipeline: bool = True
+    """Pipeline degrees that do not divide the layers are placed (first and last stages
+    take the remainder)."""
 
     def allows(self, zero_stage: int, pipeline: int) -> bool:
         if zero_stage not in self.zero_stages:
@@ -50,7 +57,7 @@ class FrameworkLimits:
 FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
     "reference": FrameworkLimits((0, 1, 2, 3), 2, tensor_splits_evenly=True),
     "megatron": FrameworkLimits((0, 1), 1),
-    "deepspeed": FrameworkLimits((0, 1, 2, 3), 1),
+    "deepspeed": FrameworkLimits((0, 1, 2, 3), 1, uneven_pipeline=False),
     "torchtitan": FrameworkLimits((0, 1, 2, 3), 2),
 }
 ANY_FRAMEWORK = FrameworkLimits((0, 1, 2, 3), 2)

@@ -20,6 +20,7 @@ from trainplan.planner.shapes import (
     embedding_parameter_count,
     layer_parameter_count,
 )
+from trainplan.planner.stages import split_of
 
 _MASK_BYTES = 1  # dropout masks are stored as one byte per element
 
@@ -86,14 +87,19 @@ def activation_element_bytes(precision: Precision) -> int:
 def stage_parameter_count(shape: ModelShape, layout: Layout) -> float:
     """Parameters held by one GPU of the most loaded pipeline stage, before ZeRO sharding.
 
-    Layers split evenly over pipeline stages; the input embedding sits on the first stage
-    and the output matrix on the last (with tied embeddings and more than one stage, the
-    last stage keeps its own copy, as Megatron-LM does); tensor parallelism splits both.
+    Layers split over the stages as `planner.stages` does (evenly when the degree divides
+    them); the input embedding sits on the first stage and the output matrix on the last
+    (with tied embeddings and more than one stage, the last stage keeps its own copy, as
+    Megatron-LM does); tensor parallelism splits both.
     """
-    layers_per_stage = shape.layers / layout.pipeline
+    per_layer = layer_parameter_count(shape)
+    if layout.pipeline == 1:
+        return (shape.layers * per_layer + embedding_parameter_count(shape)) / layout.tensor
+    split = split_of(shape.layers, layout.pipeline)
     matrix = float(shape.vocab_size * shape.hidden_size)
-    edge = embedding_parameter_count(shape) if layout.pipeline == 1 else matrix
-    return (layers_per_stage * layer_parameter_count(shape) + edge) / layout.tensor
+    middle = split.middle * per_layer if layout.pipeline > 2 else 0.0
+    edges = max(split.first, split.last) * per_layer + matrix
+    return max(middle, edges) / layout.tensor
 
 
 def layer_activation_bytes_per_token(
@@ -140,16 +146,17 @@ def checkpointed_layer_bytes_per_token(
 
 
 def in_flight_layer_passes(shape: ModelShape, layout: Layout) -> float:
-    """Layer activations alive at once on the first stage under 1F1B.
+    """Layer activations alive at once on the most loaded stage under 1F1B.
 
-    The first stage holds p micro-batches of L/p layers (Korthikanti et al. 2022, section
-    4.2.3), fewer when there are fewer micro-batches; interleaving with v chunks adds a
-    factor 1 + (p - 1) / (p v).
+    Stage i (from 0) holds p - i micro-batches of its layers (Korthikanti et al. 2022,
+    section 4.2.3), fewer when there are fewer micro-batches: the first stage with an even
+    split, possibly the second with an uneven one (`planner.stages`); interleaving with v
+    chunks adds a factor 1 + (p - 1) / (p v).
     """
     p = layout.pipeline
-    micro_batches = min(p, layout.accumulation_steps)
     interleave = 1.0 + (p - 1) / (p * layout.virtual_stages) if layout.virtual_stages > 1 else 1.0
-    return shape.layers / p * micro_batches * interleave
+    held = split_of(shape.layers, p).most_in_flight(layout.accumulation_steps)
+    return held * interleave
 
 
 def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration) -> MemoryEstimate:
@@ -174,7 +181,8 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
             shape, layout, workload.precision, workload.attention
         )
         activations += rebuilt
-    last_stage_activations = per_layer * tokens * shape.layers / layout.pipeline + rebuilt
+    last_stage_layers = split_of(shape.layers, layout.pipeline).last
+    last_stage_activations = per_layer * tokens * last_stage_layers + rebuilt
 
     e = activation_element_bytes(workload.precision)
     # Logits in the compute type plus their fp32 softmax copy, for one micro-batch. They are

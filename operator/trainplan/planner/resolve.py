@@ -22,6 +22,7 @@ from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.layout import Workload
 from trainplan.planner.search import LayoutPins, RunSettings
 from trainplan.planner.shapes import ModelShape, parameter_count
+from trainplan.planner.stages import stage_layers
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,16 +145,48 @@ def check_pins(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str
             )
         )
     if par.pipeline is not None:
-        chunks = par.virtual_pipeline_stages or 1
-        if shape.layers % (par.pipeline * chunks):
-            problems.append(
-                (
-                    "parallelism.pipeline",
-                    f"pipeline ({par.pipeline}) x virtualPipelineStages ({chunks}) must divide "
-                    f"layers ({shape.layers})",
-                )
-            )
+        problems += _pipeline_problems(shape, par.pipeline, par.virtual_pipeline_stages, framework)
     return problems
+
+
+def _pipeline_problems(
+    shape: ModelShape, pipeline: int, chunks: int | None, framework: str
+) -> list[tuple[str, str]]:
+    """Why `pipeline` stages (with `chunks` interleaved chunks each) cannot hold the
+    layers: interleaving needs an even split; an uneven one (`planner.stages`) needs a
+    framework that places it."""
+    layers = shape.layers
+    if chunks is not None and chunks > 1:
+        if layers % (pipeline * chunks) == 0:
+            return []
+        return [
+            (
+                "parallelism.pipeline",
+                f"pipeline ({pipeline}) x virtualPipelineStages ({chunks}) must divide"
+                f" layers ({layers})",
+            )
+        ]
+    if layers % pipeline == 0:
+        return []
+    split = stage_layers(layers, pipeline)
+    if split is None:
+        return [
+            (
+                "parallelism.pipeline",
+                f"{pipeline} stages cannot split {layers} layers: each stage needs at least"
+                " one layer and the first and last stages no more than the others",
+            )
+        ]
+    if not FRAMEWORK_LIMITS[framework].uneven_pipeline:
+        return [
+            (
+                "parallelism.pipeline",
+                f"{pipeline} does not divide layers ({layers}), and job.framework {framework}"
+                " splits a pipeline evenly only (its PipelineModule partitions the model);"
+                " megatron and torchtitan place uneven stages",
+            )
+        ]
+    return []
 
 
 def total_steps(spec: TrainingPlanSpec, shape: ModelShape) -> tuple[int, float]:

@@ -2,9 +2,9 @@
 
 Three separate steps, as in Calculon's search (Isaev et al., SC'23): `generate_layouts`
 enumerates what is legal for a GPU count (tensor degree dividing the heads, pipeline
-degree dividing the layers, micro-batch dividing the per-rank batch, ZeRO stage,
-recomputation level), `Evaluator.evaluate` prices one layout, and the `select_*`
-functions pick by objective.
+degree dividing the layers or splitting them unevenly where the framework can,
+micro-batch dividing the per-rank batch, ZeRO stage, recomputation level),
+`Evaluator.evaluate` prices one layout, and the `select_*` functions pick by objective.
 """
 
 from __future__ import annotations
@@ -20,9 +20,14 @@ from trainplan.planner.frameworks import ANY_FRAMEWORK, FrameworkLimits
 from trainplan.planner.layout import CHECKPOINTING_LEVELS, Checkpointing, Layout, Workload
 from trainplan.planner.memory import MemoryEstimate, estimate_memory
 from trainplan.planner.reliability import ReliabilityEstimate, estimate_reliability
+from trainplan.planner.stages import stage_layers
 from trainplan.planner.steptime import FLASH_CAUSAL_FRACTION, StepTime, step_time
 
 _MAX_VIRTUAL_STAGES = 8
+_UNEVEN_PIPELINE_DEGREES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+"""Pipeline degrees tried beyond the divisors of the layers: 2^k and 3 x 2^k, the factors
+GPU clusters are built of (nodes of 8, pods of 3 x 2^k nodes; BLOOM ran 70 layers on 12
+stages, Llama 3 405B 126 on 16). Any other degree that splits the layers can be pinned."""
 _MAX_MICRO_BATCH = 64
 
 MAX_LAYOUT_EVALUATIONS = 20_000
@@ -122,10 +127,28 @@ def tensor_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
 
 
 def pipeline_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
-    """Pipeline degrees: a pin, or divisors of the layer count."""
+    """Pipeline degrees: a pin, or divisors of the layer count and, where the framework
+    places uneven stages, the degrees of `_UNEVEN_PIPELINE_DEGREES` that split the layers
+    (`stage_layers`)."""
     if pins.pipeline is not None:
         return [pins.pipeline]
-    return divisors(workload.shape.layers)
+    layers = workload.shape.layers
+    degrees = set(divisors(layers))
+    if pins.framework.uneven_pipeline:
+        degrees.update(
+            p
+            for p in _UNEVEN_PIPELINE_DEGREES
+            if p <= layers // 2 and stage_layers(layers, p) is not None
+        )
+    return sorted(degrees)
+
+
+def pipeline_splits(workload: Workload, pipeline: int, pins: LayoutPins) -> bool:
+    """The framework can split the layers into `pipeline` stages."""
+    layers = workload.shape.layers
+    if layers % pipeline == 0:
+        return True
+    return pins.framework.uneven_pipeline and stage_layers(layers, pipeline) is not None
 
 
 def data_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
@@ -164,7 +187,7 @@ def generate_layouts(workload: Workload, gpus: int, pins: LayoutPins) -> Iterato
         if gpus % t:
             continue
         for p in pipeline_degrees(workload, pins):
-            if (gpus // t) % p or shape.layers % p:
+            if (gpus // t) % p or not pipeline_splits(workload, p, pins):
                 continue
             d = gpus // (t * p)
             if (pins.data is not None and d != pins.data) or batch % d:
@@ -223,6 +246,8 @@ def _sequence_parallel(t: int, pins: LayoutPins) -> list[bool]:
 def _virtual_stages(layers: int, p: int, pins: LayoutPins) -> list[int]:
     if p == 1:
         return [1]
+    if layers % p:  # uneven stages are not interleaved
+        return [1] if pins.virtual_stages in (None, 1) else []
     per_stage = layers // p
     if pins.virtual_stages is not None:
         return [pins.virtual_stages] if per_stage % pins.virtual_stages == 0 else []

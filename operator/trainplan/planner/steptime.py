@@ -25,6 +25,7 @@ from trainplan.planner.memory import (
     state_bytes_per_parameter,
 )
 from trainplan.planner.shapes import ModelShape
+from trainplan.planner.stages import split_of
 
 FLASH_CAUSAL_FRACTION = 0.5  # a causal fused kernel skips the masked half of the scores
 _FLASH_BACKWARD_RATIO = 2.5  # flash backward recomputes the scores: 2.5 x forward FLOPs
@@ -293,11 +294,18 @@ def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> S
         recompute = layer.forward_seconds
     elif layout.checkpointing == "selective":
         recompute = layer.attention_forward_seconds
-    layers_per_stage = shape.layers / layout.pipeline
-    stage_compute = layers_per_stage * (
-        layer.forward_seconds + layer.backward_seconds + recompute
-    ) + logits_pass_seconds(workload, layout, calibration)
-    stage_tensor = layers_per_stage * tensor_comm_seconds_per_layer_pass(
+    # The slowest stage sets the pace: the last (its layers and the logits) or, with an
+    # uneven split (`planner.stages`), possibly a middle one with more layers.
+    split = split_of(shape.layers, layout.pipeline)
+    layer_pass = layer.forward_seconds + layer.backward_seconds + recompute
+    logits = logits_pass_seconds(workload, layout, calibration)
+    inner = split.most_before_last
+    if inner * layer_pass > split.last * layer_pass + logits:
+        slowest_layers, slowest_logits = inner, 0.0
+    else:
+        slowest_layers, slowest_logits = split.last, logits
+    stage_compute = slowest_layers * layer_pass + slowest_logits
+    stage_tensor = slowest_layers * tensor_comm_seconds_per_layer_pass(
         workload, layout, calibration
     )
     m = layout.accumulation_steps
@@ -313,7 +321,7 @@ def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> S
             * transfers
             * pipeline_transfer_seconds(workload, layout, calibration)
         )
-    backward_per_micro_batch = layers_per_stage * (layer.backward_seconds + recompute)
+    backward_per_micro_batch = split.most * (layer.backward_seconds + recompute)
     data = data_comm_seconds(workload, layout, calibration, backward_per_micro_batch)
     return StepTime(
         compute_seconds=m * stage_compute,

@@ -1,0 +1,97 @@
+"""How a pipeline splits a model's layers into stages (pure).
+
+An even split gives every stage L / p layers. When p does not divide L, frameworks place
+the remainder on the first and last stages, which also carry the input embedding and the
+output layer and loss: Megatron-LM takes `--decoder-first-pipeline-num-layers` and
+`--decoder-last-pipeline-num-layers` and splits the rest evenly over the middle stages
+(its arguments.py and `get_num_layers_to_build`; the middle count must divide evenly);
+torchtitan takes the stage boundaries as `--parallelism.pipeline_parallel_split_points`
+(torchtitan v0.1.0 `config_manager.py`). trainplan makes the same split for both: each
+middle stage gets ceil(L / p) layers, and the first and last share the rest, the first
+taking the odd one, so that no stage holds more than a middle one (the slowest stage sets
+the step time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class StageSplit:
+    """Layers of the first stage, of each middle stage and of the last stage of a
+    `pipeline`-stage split (one stage: all three are its layers). Fractional for the even
+    split priced where no whole one exists (`split_of`)."""
+
+    first: float
+    middle: float
+    last: float
+    pipeline: int
+
+    @property
+    def most(self) -> float:
+        """Layers of the fullest stage."""
+        if self.pipeline == 1:
+            return self.last
+        middle = self.middle if self.pipeline > 2 else 0.0
+        return max(self.first, middle, self.last)
+
+    @property
+    def most_before_last(self) -> float:
+        """Layers of the fullest stage other than the last (0 with one stage)."""
+        if self.pipeline == 1:
+            return 0.0
+        return max(self.first, self.middle if self.pipeline > 2 else 0.0)
+
+    def most_in_flight(self, micro_batches: int) -> float:
+        """The most layer activations one stage keeps under 1F1B: stage i (from 0) holds
+        min(p - i, m) micro-batches of its layers, so among the middle stages the first
+        (i = 1) holds the most."""
+        p = self.pipeline
+        if p == 1:
+            return self.last * min(1, micro_batches)
+        held = [self.first * min(p, micro_batches), self.last * min(1, micro_batches)]
+        if p > 2:
+            held.append(self.middle * min(p - 1, micro_batches))
+        return max(held)
+
+
+def split_counts(layers: int, pipeline: int) -> tuple[int, int, int] | None:
+    """(first, middle, last) stage layers of the split described above; None when none
+    exists (fewer than two layers would be left for the first and last stages, or more
+    than a middle stage holds, e.g. 9 layers on 8 stages)."""
+    if pipeline < 1 or layers < pipeline:
+        return None
+    if layers % pipeline == 0:
+        even = layers // pipeline
+        return even, even, even
+    if pipeline == 2:
+        return layers - layers // 2, 0, layers // 2
+    middle = -(-layers // pipeline)
+    rest = layers - (pipeline - 2) * middle
+    if not 2 <= rest <= 2 * middle:
+        return None
+    return rest - rest // 2, middle, rest // 2
+
+
+def stage_layers(layers: int, pipeline: int) -> tuple[int, ...] | None:
+    """Layers of each of `pipeline` stages, first to last (`split_counts`)."""
+    counts = split_counts(layers, pipeline)
+    if counts is None:
+        return None
+    first, middle, last = counts
+    if pipeline == 1:
+        return (layers,)
+    return (first, *(middle,) * (pipeline - 2), last)
+
+
+def split_of(layers: int, pipeline: int) -> StageSplit:
+    """The split of `split_counts`, or an even one of L / p layers (fractional) where it
+    has none: the layout search never proposes such a degree, but a layout priced
+    directly (a benchmark's pins) still gets a time."""
+    counts = split_counts(layers, pipeline)
+    if counts is None:
+        even = layers / pipeline
+        return StageSplit(even, even, even, pipeline)
+    first, middle, last = counts
+    return StageSplit(float(first), float(middle), float(last), pipeline)

@@ -1,0 +1,221 @@
+"""Pipeline degrees that do not divide the layers (issue: published layouts such as
+Llama 3 405B's 126 layers on 16 stages): the split (`planner.stages`), the planner's time
+and memory of the slowest and fullest stage, the search and the pins, and the framework
+arguments that place the stages (Megatron-LM's first and last stage layer counts,
+torchtitan's split points) or the refusal (DeepSpeed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tests.unit.test_launcher import (  # noqa: F401 (the autouse fixture planned() needs)
+    _remember_catalog,
+    flag_values,
+    merged,
+    objects_for,
+    planned,
+    program_args,
+)
+from trainplan.api import TrainingPlanSpec
+from trainplan.planner import Catalog, PlanInputError, plan
+from trainplan.planner.frameworks import FRAMEWORK_LIMITS
+from trainplan.planner.layout import Layout
+from trainplan.planner.memory import estimate_memory, stage_parameter_count
+from trainplan.planner.resolve import resolve
+from trainplan.planner.search import LayoutPins, pipeline_degrees
+from trainplan.planner.shapes import layer_parameter_count
+from trainplan.planner.stages import StageSplit, split_of, stage_layers
+from trainplan.planner.steptime import step_time
+
+# --- the split ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("layers", "pipeline", "split"),
+    [
+        (32, 4, (8, 8, 8, 8)),
+        (30, 4, (7, 8, 8, 7)),
+        (27, 4, (7, 7, 7, 6)),
+        (5, 2, (3, 2)),
+        (40, 3, (13, 14, 13)),
+        # Llama 3 405B: 126 layers on 16 stages, one layer fewer on the first and the last
+        # (Dubey et al. 2024, arXiv 2407.21783, section 3.3.2).
+        (126, 16, (7, *(8,) * 14, 7)),
+    ],
+)
+def test_the_middle_stages_hold_the_most_and_the_edges_the_rest(
+    layers: int, pipeline: int, split: tuple[int, ...]
+) -> None:
+    assert stage_layers(layers, pipeline) == split
+
+
+@pytest.mark.parametrize(("layers", "pipeline"), [(9, 8), (3, 4), (7, 0)])
+def test_a_split_that_cannot_be_made_is_none(layers: int, pipeline: int) -> None:
+    assert stage_layers(layers, pipeline) is None
+
+
+def test_every_split_holds_every_layer_once() -> None:
+    for layers in range(1, 161):
+        for pipeline in range(1, layers + 1):
+            split = stage_layers(layers, pipeline)
+            if split is None:
+                continue
+            assert sum(split) == layers
+            assert len(split) == pipeline
+            assert min(split) >= 1
+            assert max(split) == split[len(split) // 2] or pipeline <= 2
+            assert split[0] >= split[-1]
+
+
+def test_a_degree_without_a_split_is_priced_evenly() -> None:
+    assert split_of(9, 8) == StageSplit(9 / 8, 9 / 8, 9 / 8, 8)
+    assert split_of(30, 4) == StageSplit(7.0, 8.0, 7.0, 4)
+
+
+@pytest.mark.parametrize(("layers", "pipeline"), [(30, 4), (5, 2), (96, 7), (70, 12), (8, 1)])
+def test_the_split_summary_agrees_with_the_stages(layers: int, pipeline: int) -> None:
+    stages = stage_layers(layers, pipeline)
+    assert stages is not None
+    split = split_of(layers, pipeline)
+    assert split.most == max(stages)
+    assert split.most_before_last == max(stages[:-1], default=0)
+    for micro_batches in (1, 2, pipeline, 3 * pipeline):
+        expected = max(
+            count * min(pipeline - index, micro_batches) for index, count in enumerate(stages)
+        )
+        assert split.most_in_flight(micro_batches) == expected
+
+
+# --- time and memory ----------------------------------------------------------------------
+
+SPEC: dict[str, Any] = {
+    "model": {"preset": "llama2-7b", "layers": 30},
+    "data": {"tokens": 1.0e9},
+    "batch": {"globalBatchSize": 64, "microBatchSize": 1},
+    "hardware": {"gpuType": "A100-SXM4-80GB", "gpusPerNode": 8},
+    "objective": {"gpus": 16},
+    "parallelism": {"tensor": 1, "pipeline": 4, "zeroStage": 1},
+    "job": {"framework": "megatron"},
+}
+"""A 30-layer Llama 2 7B on 4 pipeline stages of 7, 8, 8 and 7 layers."""
+
+
+def _workload_and_layout(catalog: Catalog, layers: int) -> tuple[Any, Layout]:
+    spec = TrainingPlanSpec.model_validate(merged(SPEC, {"model": {"layers": layers}}))
+    resolved = resolve(spec, catalog)
+    layout = Layout(
+        tensor=1,
+        pipeline=4,
+        data=4,
+        micro_batch_size=1,
+        accumulation_steps=16,
+        zero_stage=1,
+        checkpointing="none",
+    )
+    return resolved.workload, layout
+
+
+def test_the_slowest_stage_sets_the_time(catalog: Catalog) -> None:
+    """30 layers on 4 stages (7, 8, 8, 7) run at the pace of an 8-layer stage: slower
+    than 28 layers (7 per stage, the last with the logits), not slower than 32 (8 per
+    stage, the last with the logits)."""
+    calibration = catalog.calibration
+    uneven = step_time(*_workload_and_layout(catalog, 30), calibration)
+    even = step_time(*_workload_and_layout(catalog, 32), calibration)
+    seven = step_time(*_workload_and_layout(catalog, 28), calibration)
+    assert seven.compute_seconds < uneven.compute_seconds <= even.compute_seconds
+    assert seven.pipeline_bubble_seconds < uneven.pipeline_bubble_seconds
+
+
+def test_the_fullest_stage_sets_the_memory(catalog: Catalog) -> None:
+    """A middle stage's 8 layers outweigh an edge stage's 7 layers and its vocabulary
+    matrix (32,000 x 4,096), so it sets the weights per GPU."""
+    workload, layout = _workload_and_layout(catalog, 30)
+    shape = workload.shape
+    assert stage_parameter_count(shape, layout) == 8 * layer_parameter_count(shape)
+    assert 7 * layer_parameter_count(shape) + shape.vocab_size * shape.hidden_size < (
+        8 * layer_parameter_count(shape)
+    )
+    even_workload, even_layout = _workload_and_layout(catalog, 28)
+    assert estimate_memory(workload, layout, catalog.calibration).total_bytes > (
+        estimate_memory(even_workload, even_layout, catalog.calibration).total_bytes
+    )
+
+
+# --- search and pins ----------------------------------------------------------------------
+
+
+def test_the_search_adds_uneven_powers_of_two_where_the_framework_places_them(
+    catalog: Catalog,
+) -> None:
+    spec = TrainingPlanSpec.model_validate(merged(SPEC, {"parallelism": None}))
+    workload = resolve(spec, catalog).workload
+    for framework, uneven in (("megatron", True), ("torchtitan", True), ("deepspeed", False)):
+        pins = LayoutPins(framework=FRAMEWORK_LIMITS[framework])
+        degrees = pipeline_degrees(workload, pins)
+        assert {1, 2, 3, 5, 6, 10, 15} <= set(degrees)  # the divisors of 30
+        assert (4 in degrees and 8 in degrees) == uneven, framework
+
+
+def test_a_pinned_uneven_degree_is_planned(catalog: Catalog) -> None:
+    result = plan(TrainingPlanSpec.model_validate(SPEC), catalog)
+    assert (result.layout.pipeline, result.gpus) == (4, 16)
+    assert any("4 pipeline stages (7, 8, 8, 7 layers)" in line for line in result.explanation)
+
+
+def test_deepspeed_refuses_an_uneven_pin(catalog: Catalog) -> None:
+    spec = TrainingPlanSpec.model_validate(merged(SPEC, {"job": {"framework": "deepspeed"}}))
+    with pytest.raises(PlanInputError) as caught:
+        plan(spec, catalog)
+    ((path, message),) = caught.value.problems
+    assert path == "parallelism.pipeline"
+    assert "4 does not divide layers (30)" in message
+    assert "megatron and torchtitan place uneven stages" in message
+
+
+def test_interleaving_still_needs_an_even_split() -> None:
+    change = {"parallelism": {"virtualPipelineStages": 2}}
+    with pytest.raises(ValidationError, match=r"model.layers \(30\) must be divisible"):
+        TrainingPlanSpec.model_validate(merged(SPEC, change))
+
+
+def test_a_stage_without_a_layer_is_refused() -> None:
+    change = {"model": {"layers": 3}}
+    with pytest.raises(ValidationError, match=r"model.layers \(3\) must be at least"):
+        TrainingPlanSpec.model_validate(merged(SPEC, change))
+
+
+# --- framework arguments ------------------------------------------------------------------
+
+UNEVEN_JOB: dict[str, Any] = {
+    "model": {"layers": 30},
+    "parallelism": {"tensor": 1, "pipeline": 4, "zeroStage": 1},
+}
+
+
+def test_megatron_gets_the_first_and_last_stage_layer_counts() -> None:
+    change = merged(UNEVEN_JOB, {"job": {"framework": "megatron"}})
+    flags = flag_values(program_args(objects_for(**change)))
+    assert flags["--pipeline-model-parallel-size"] == "4"
+    assert flags["--num-layers"] == "30"
+    # Megatron-LM splits the other 16 evenly over the 2 middle stages: 8 each.
+    assert flags["--decoder-first-pipeline-num-layers"] == "7"
+    assert flags["--decoder-last-pipeline-num-layers"] == "7"
+
+
+def test_megatron_gets_no_stage_counts_for_an_even_split() -> None:
+    change = {"parallelism": {"tensor": 1, "pipeline": 4}, "job": {"framework": "megatron"}}
+    flags = flag_values(program_args(objects_for(**change)))
+    assert "--decoder-first-pipeline-num-layers" not in flags
+
+
+def test_torchtitan_gets_the_split_points() -> None:
+    change = merged(UNEVEN_JOB, {"job": {"framework": "torchtitan"}})
+    _, result = planned(**change)
+    flags = flag_values(program_args(objects_for(**change)))
+    assert result.layout.pipeline == 4
+    assert flags["--parallelism.pipeline_parallel_split_points"] == "layers.7,layers.15,layers.23"
+    assert "--parallelism.pipeline_parallel_layers_per_stage" not in flags
