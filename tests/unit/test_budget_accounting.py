@@ -709,7 +709,7 @@ def test_reject_counts_committed_hours_of_running_plans(base_plan: Plan) -> None
     budget = _budget(spec, [running])
     assert budget.summary.remaining_gpu_hours == pytest.approx(4)
     verdict = judge(budget, _spec(), base_plan, _no_replan)
-    assert verdict.message == "needs 10 GPU-hours; team-a has 4 of 100 left in the last 7d"
+    assert verdict.message == "needs 11 GPU-hours; team-a has 4 of 100 left in the last 7d"
 
 
 def test_remaining_below_zero_reads_as_none_left(base_plan: Plan) -> None:
@@ -742,7 +742,7 @@ def test_reject_with_both_problems_names_both(base_plan: Plan) -> None:
     budget = _budget(GPUBudgetSpec(gpu_hours=100, max_gpus=8), [_holding(4), _spent(95)])
     verdict = judge(budget, _spec(), base_plan, _no_replan)
     assert verdict.message == (
-        "needs 10 GPU-hours; team-a has 5 of 100 left in the last 30d;"
+        "needs 11 GPU-hours; team-a has 5 of 100 left in the last 30d;"
         " needs 8 GPUs at once; team-a allows 8 and 4 are in use"
     )
 
@@ -835,7 +835,7 @@ def test_downsize_warns_when_the_deadline_is_then_missed(catalog: Catalog) -> No
     assert verdict.warnings == (
         "downsized to 8 GPUs to fit team-a"
         " (needs 16 GPUs at once; team-a allows 16 and 8 are in use)",
-        "with 8 GPUs the run takes 1h 16m, past the deadline of 1h",
+        "with 8 GPUs the run takes 1h 26m, past the deadline of 1h",
     )
     # First with the deadline kept (infeasible within 8 GPUs), then without it.
     assert [s.objective.deadline for s in replan.calls] == ["1h", None]
@@ -872,9 +872,9 @@ def test_downsize_denies_when_the_smaller_plan_still_exceeds_the_hours(
     assert not verdict.allowed
     assert verdict.plan is None
     assert verdict.message == (
-        "needs 10 GPU-hours; team-a has 9 of 9 left in the last 30d;"
+        "needs 11 GPU-hours; team-a has 9 of 9 left in the last 30d;"
         " needs 8 GPUs at once; team-a allows 8 and 4 are in use;"
-        " downsized to 4 GPUs it needs 10 GPU-hours; team-a has 9 of 9 left in the last 30d"
+        " downsized to 4 GPUs it needs 11 GPU-hours; team-a has 9 of 9 left in the last 30d"
     )
 
 
@@ -943,14 +943,14 @@ def test_downsize_over_hours_alone_is_denied_without_replanning(base_plan: Plan)
     )
     verdict = judge(budget, _spec(), base_plan, _no_replan)
     assert not verdict.allowed
-    assert verdict.message == "needs 10 GPU-hours; team-a has 5 of 100 left in the last 30d"
+    assert verdict.message == "needs 11 GPU-hours; team-a has 5 of 100 left in the last 30d"
 
 
 def test_downsize_without_a_ceiling_is_denied_without_replanning(base_plan: Plan) -> None:
     budget = _budget(GPUBudgetSpec(gpu_hours=5, enforcement="Downsize"))
     verdict = judge(budget, _spec(), base_plan, _no_replan)
     assert not verdict.allowed
-    assert verdict.message.startswith("needs 10 GPU-hours; team-a has 5 of 5")
+    assert verdict.message.startswith("needs 11 GPU-hours; team-a has 5 of 5")
 
 
 # --- conditions, Events, the status document -----------------------------------------------

@@ -433,7 +433,7 @@ async def test_verdict_for_an_admitted_plan_is_the_same_as_before(
     assert again.plan.gpu_hours == pytest.approx(needs)
     other = verdict_for(body, name="other", uid="uid-other", spec=_spec(), catalog=catalog, now=T0)
     assert not other.allowed
-    assert other.message == "needs 10 GPU-hours; team-a has 5 of 15 left in the last 30d"
+    assert other.message == "needs 11 GPU-hours; team-a has 4 of 15 left in the last 30d"
 
 
 async def test_verdict_for_a_recreated_plan_counts_the_old_ones_use(
@@ -561,7 +561,7 @@ async def test_reserve_denied_writes_nothing(
     assert reservation is not None
     assert not reservation.verdict.allowed
     assert reservation.verdict.message == (
-        "needs 10 GPU-hours; team-a has 5 of 5 left in the last 30d"
+        "needs 11 GPU-hours; team-a has 5 of 5 left in the last 30d"
     )
     assert reservation.written is None
     assert fake.writes == []
@@ -623,7 +623,7 @@ async def test_two_reservations_racing_for_one_remainder(
     assert b.written is not None
     assert a is not None
     assert not a.verdict.allowed
-    assert a.verdict.message == "needs 10 GPU-hours; team-a has 5 of 15 left in the last 30d"
+    assert a.verdict.message == "needs 11 GPU-hours; team-a has 4 of 15 left in the last 30d"
     assert a.written is None
     assert [(w.name, w.applied) for w in fake.writes] == [("team-a", True), ("team-a", False)]
     assert [u.name for u in _ledger(fake)] == ["b"]

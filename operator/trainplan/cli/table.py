@@ -132,7 +132,7 @@ def run_table(plan: Plan) -> Table:
     table.add_row("Training time", format_duration(plan.compute_seconds))
     table.add_row(
         "Overhead",
-        f"{format_duration(plan.overhead_seconds)} (checkpoints,"
+        f"{format_duration(plan.overhead_seconds)} (whole-run overheads, checkpoints,"
         f" {reliability.expected_interruptions:,.1f} expected interruptions)",
     )
     table.add_row("Duration", format_duration(plan.duration_seconds))

@@ -123,7 +123,8 @@ def explain(
     compute = total * resolved.run.total_steps
     lines.append(
         f"{format_count(steps, 'step')} x {format_duration(total)} ="
-        f" {format_duration(compute)} of training; checkpoints and"
+        f" {format_duration(compute)} of training; whole-run overheads (evaluation,"
+        " warm-up, stalls), checkpoints and"
         f" {reliability.expected_interruptions:.1f} expected interruptions add"
         f" {format_duration(max(0.0, reliability.duration_seconds - compute))}:"
         f" {format_duration(reliability.duration_seconds)} and {choice.gpu_hours:,.0f} GPU-hours."

@@ -313,6 +313,7 @@ class Evaluator:
                 checkpoint_seconds=self.run.checkpoint_seconds,
                 restart_seconds=self.run.restart_seconds,
                 checkpoint_interval_steps=self.run.checkpoint_interval_steps,
+                goodput=self.calibration.run_goodput,
             )
         return Evaluation(
             layout=layout,
