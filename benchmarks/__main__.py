@@ -12,6 +12,8 @@ import time
 BENCHMARKS = (
     ("planner speed", "benchmarks.planner_speed"),
     ("planner accuracy", "benchmarks.accuracy"),
+    ("whole runs from many sources", "benchmarks.whole_runs"),
+    ("the plans' 10-90% ranges (held-out errors)", "benchmarks.plan_ranges"),
     ("reporter overhead", "benchmarks.reporter_overhead"),
     ("ETA accuracy under injected failures", "benchmarks.eta_accuracy"),
     (

@@ -37,6 +37,7 @@ from trainplan.api.numbers import format_count
 from trainplan.api.plan import (
     Alternative,
     MemoryBreakdown,
+    PercentileRange,
     Plan,
     PlanLayout,
     PlanReliability,
@@ -124,6 +125,7 @@ __all__ = [
     "ObjectiveSpec",
     "OwnerReference",
     "ParallelismSpec",
+    "PercentileRange",
     "Phase",
     "Plan",
     "PlanLayout",

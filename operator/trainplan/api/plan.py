@@ -129,6 +129,13 @@ class Alternative(ApiModel):
         return self
 
 
+class PercentileRange(ApiModel):
+    """A 10th-90th percentile range of a planned figure."""
+
+    p10: float = Field(ge=0, description="10th percentile.")
+    p90: float = Field(ge=0, description="90th percentile.")
+
+
 class Plan(ApiModel):
     """The chosen plan."""
 
@@ -152,6 +159,19 @@ class Plan(ApiModel):
     )
     duration_seconds: float = Field(ge=0, description="computeSeconds + overheadSeconds.")
     gpu_hours: float = Field(ge=0, description="gpus x durationSeconds / 3600.")
+    step_seconds_range: PercentileRange | None = Field(
+        None,
+        description=(
+            "10-90% range of the step time, from the planner's errors on published rows"
+            " held out of its fit."
+        ),
+    )
+    duration_seconds_range: PercentileRange | None = Field(
+        None, description="10-90% range of the duration, from held-out whole runs."
+    )
+    gpu_hours_range: PercentileRange | None = Field(
+        None, description="10-90% range of the GPU-hours."
+    )
     mfu: float = Field(ge=0, description="Model FLOPs (no recompute) over the dense peak.")
     tokens_per_second_per_gpu: float = Field(
         ge=0, alias="tokensPerSecondPerGPU", description="Training throughput per GPU."

@@ -202,6 +202,16 @@ class ObjectiveSpec(ApiModel):
         alias="maxGPUs",
         description="Cap on the GPU count; alone: the fastest plan within this many GPUs.",
     )
+    confidence: float | None = Field(
+        None,
+        ge=0.5,
+        le=0.95,
+        description=(
+            "With a deadline: the chance the plan should finish in time, 0.5 (default:"
+            " the estimate itself) to 0.95; 0.9 plans on the 90th percentile of its"
+            " duration range."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check_objective(self) -> Self:
@@ -212,6 +222,11 @@ class ObjectiveSpec(ApiModel):
         if self.gpus is not None and self.max_gpus is not None and self.gpus > self.max_gpus:
             raise ValueError(f"gpus ({self.gpus}) must not exceed maxGPUs ({self.max_gpus})")
         return self
+
+    @property
+    def confidence_level(self) -> float:
+        """`confidence`, 0.5 when not given."""
+        return 0.5 if self.confidence is None else self.confidence
 
     @property
     def deadline_seconds(self) -> float | None:

@@ -4,11 +4,13 @@ alternatives and the explanation."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 
-from trainplan.api import Plan, PlanLayout, format_count, format_duration
+from trainplan.api import PercentileRange, Plan, PlanLayout, format_count, format_duration
 from trainplan.planner.layout import RECOMPUTE_WORDS
 
 _GIB = float(1 << 30)
@@ -28,6 +30,15 @@ RECOMPUTATION = {
     "full": "full (every layer)",
 }
 """What `activationCheckpointing` means, in the table's words."""
+
+
+def _with_range(
+    text: str, percentiles: PercentileRange | None, formatted: Callable[[float], str]
+) -> str:
+    """`text`, then its 10-90% range when the plan has one."""
+    if percentiles is None:
+        return text
+    return f"{text} (10-90%: {formatted(percentiles.p10)} to {formatted(percentiles.p90)})"
 
 
 def _bar(part: float, whole: float, width: int = 24) -> str:
@@ -114,6 +125,9 @@ def step_table(plan: Plan) -> Table:
     for name, value in rows:
         table.add_row(name, f"{value:.3f}", _percent(value, plan.step_seconds))
     table.add_row("step", f"{plan.step_seconds:.3f}", "100%", style="bold")
+    if plan.step_seconds_range is not None:
+        span = plan.step_seconds_range
+        table.add_row("step, 10-90%", f"{span.p10:.3f}-{span.p90:.3f}", "")
     return table
 
 
@@ -135,8 +149,16 @@ def run_table(plan: Plan) -> Table:
         f"{format_duration(plan.overhead_seconds)} (whole-run overheads, checkpoints,"
         f" {reliability.expected_interruptions:,.1f} expected interruptions)",
     )
-    table.add_row("Duration", format_duration(plan.duration_seconds))
-    table.add_row("GPU-hours", f"{plan.gpu_hours:,.0f}")
+    table.add_row(
+        "Duration",
+        _with_range(
+            format_duration(plan.duration_seconds), plan.duration_seconds_range, format_duration
+        ),
+    )
+    table.add_row(
+        "GPU-hours",
+        _with_range(f"{plan.gpu_hours:,.0f}", plan.gpu_hours_range, lambda v: f"{v:,.0f}"),
+    )
     table.add_row("MFU", f"{plan.mfu:.1%}")
     table.add_row("Tokens per second per GPU", f"{plan.tokens_per_second_per_gpu:,.0f}")
     table.add_row("Checkpoint every", format_count(reliability.checkpoint_interval_steps, "step"))

@@ -66,6 +66,18 @@ class Calibration:
     """Fraction of a whole run's failure-free wall-clock spent in steady training steps
     (0..1]: the rest is evaluation, warm-up and batch ramp-up, data stalls, stragglers and
     clusters below the catalog peak (`reliability.estimate_reliability`)."""
+    step_seconds_ratio_p10: float = 1.0
+    """10th percentile of measured / planned step time over published rows held out of
+    the fit (`benchmarks/plan_ranges.py`): a plan's `stepSecondsRange.p10` is its step
+    time times this."""
+    step_seconds_ratio_p90: float = 1.0
+    """90th percentile of the same ratio."""
+    gpu_hours_ratio_p10: float = 1.0
+    """10th percentile of published / planned GPU-hours over whole runs with their source
+    held out (`benchmarks/plan_ranges.py`); scales `durationSecondsRange` and
+    `gpuHoursRange` (the GPU count is the plan's)."""
+    gpu_hours_ratio_p90: float = 1.0
+    """90th percentile of the same ratio."""
 
     def architecture(self, name: str) -> ArchitectureEfficiency:
         """The constants for `name`, or the `default` entry."""
@@ -98,6 +110,10 @@ class _CalibrationDocument(BaseModel):
     interruptions_per_gpu_hour: float = Field(ge=0)
     restart_seconds: float = Field(ge=0)
     run_goodput: float = Field(default=1.0, gt=0, le=1)
+    step_seconds_ratio_p10: float = Field(default=1.0, gt=0, le=1)
+    step_seconds_ratio_p90: float = Field(default=1.0, ge=1)
+    gpu_hours_ratio_p10: float = Field(default=1.0, gt=0, le=1)
+    gpu_hours_ratio_p90: float = Field(default=1.0, ge=1)
 
 
 def calibration_from_mapping(document: Mapping[str, Any]) -> Calibration:

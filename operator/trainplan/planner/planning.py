@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from statistics import NormalDist
 
 from pydantic import ValidationError
 
 from trainplan.api import (
     Alternative,
     MemoryBreakdown,
+    PercentileRange,
     Plan,
     PlanLayout,
     PlanReliability,
@@ -22,6 +24,7 @@ from trainplan.api import (
     TrainingPlanSpec,
     format_duration,
 )
+from trainplan.planner.calibration import Calibration
 from trainplan.planner.catalog import Catalog
 from trainplan.planner.errors import InfeasiblePlanError, PlanInputError
 from trainplan.planner.explain import explain, infeasibility_reasons
@@ -40,6 +43,23 @@ from trainplan.planner.search import (
 from trainplan.planner.shapes import parameter_count
 
 DEFAULT_GPU_CEILING = 16384
+_Z_90 = 1.2815515655446004
+"""The standard normal quantile at 0.9."""
+
+
+def duration_quantile_factor(calibration: Calibration, confidence: float) -> float:
+    """How much longer than the estimate the duration quantile `confidence` is: 1 at 0.5
+    (the estimate taken as the median), the stored 90th-percentile ratio of held-out whole
+    runs (`gpu_hours_ratio_p90`) at 0.9, and a log-normal tail through both in between
+    and up to 0.95: ratio ** (z(c) / z(0.9))."""
+    z = NormalDist().inv_cdf(confidence)
+    return float(calibration.gpu_hours_ratio_p90 ** (z / _Z_90))
+
+
+def _range(value: float, low_ratio: float, high_ratio: float) -> PercentileRange:
+    return PercentileRange(p10=value * low_ratio, p90=value * high_ratio)
+
+
 """Largest GPU count a deadline search considers when the spec sets no maxGPUs."""
 
 FASTEST_TOLERANCE = 0.02
@@ -98,14 +118,21 @@ def _plan(spec: TrainingPlanSpec, catalog: Catalog, max_layout_evaluations: int)
         counts = candidate_gpu_counts(
             resolved.workload, resolved.pins, ceiling or DEFAULT_GPU_CEILING
         )
+        # At confidence c the plan's duration quantile c, not the estimate, must fit.
+        factor = duration_quantile_factor(catalog.calibration, objective.confidence_level)
         choice, seen = select_fewest_gpus_for_deadline(
-            evaluator, counts, resolved.pins, deadline_seconds
+            evaluator, counts, resolved.pins, deadline_seconds / factor
         )
         evaluated = [e for results in seen.values() for e in results]
         goal = (
             f"the fewest GPUs that finish within {format_duration(deadline_seconds)}"
             f" (objective.deadline: {objective.deadline})"
         )
+        if objective.confidence_level > 0.5:
+            goal += (
+                f" with {objective.confidence_level:.0%} confidence (the estimate x {factor:.2f}"
+                " must fit)"
+            )
         if choice is not None:
             goal += _next_smaller_note(evaluator, counts, choice, resolved, seen)
         if choice is None and counts:
@@ -128,6 +155,7 @@ def _plan(spec: TrainingPlanSpec, catalog: Catalog, max_layout_evaluations: int)
         goal=goal,
         evaluated_count=len(evaluated),
         spec=spec,
+        calibration=catalog.calibration,
     )
 
 
@@ -254,6 +282,7 @@ def _plan_object(
     goal: str,
     evaluated_count: int,
     spec: TrainingPlanSpec,
+    calibration: Calibration,
 ) -> Plan:
     workload = resolved.workload
     step = choice.step
@@ -297,6 +326,19 @@ def _plan_object(
         overhead_seconds=reliability.duration_seconds - compute_seconds,
         duration_seconds=reliability.duration_seconds,
         gpu_hours=choice.gpu_hours,
+        step_seconds_range=_range(
+            step.step_seconds,
+            calibration.step_seconds_ratio_p10,
+            calibration.step_seconds_ratio_p90,
+        ),
+        duration_seconds_range=_range(
+            reliability.duration_seconds,
+            calibration.gpu_hours_ratio_p10,
+            calibration.gpu_hours_ratio_p90,
+        ),
+        gpu_hours_range=_range(
+            choice.gpu_hours, calibration.gpu_hours_ratio_p10, calibration.gpu_hours_ratio_p90
+        ),
         mfu=choice.mfu,
         tokens_per_second_per_gpu=tokens_per_step / step.step_seconds / gpus,
         reliability=PlanReliability(
