@@ -596,13 +596,9 @@ def test_the_kubernetes_schema_refuses_a_bad_template(
     assert problem == (path, f"{message} (the Kubernetes 1.30 pod schema)")
 
 
-@pytest.mark.parametrize("launcher", ["Job", "JobSet"])
-def test_a_bad_template_is_a_rejected_plan_with_its_path(launcher: str, catalog: Catalog) -> None:
-    document = _document(
-        _trainer_patch(resources={"limits": {"nvidia.com/gpu": 1}}), launcher=launcher
-    )
-    document["job"]["podTemplate"]["spec"]["volumes"] = [{"name": "d", "hostPath": {"path": 1}}]
-    decision = decide_launch(
+def _decide(document: dict[str, Any], catalog: Catalog) -> Any:
+    """The launch decision for a new plan `llama` with this spec."""
+    return decide_launch(
         name="llama",
         namespace="team-a",
         uid="u",
@@ -612,6 +608,15 @@ def test_a_bad_template_is_a_rejected_plan_with_its_path(launcher: str, catalog:
         catalog=catalog,
         now=NOW,
     )
+
+
+@pytest.mark.parametrize("launcher", ["Job", "JobSet"])
+def test_a_bad_template_is_a_rejected_plan_with_its_path(launcher: str, catalog: Catalog) -> None:
+    document = _document(
+        _trainer_patch(resources={"limits": {"nvidia.com/gpu": 1}}), launcher=launcher
+    )
+    document["job"]["podTemplate"]["spec"]["volumes"] = [{"name": "d", "hostPath": {"path": 1}}]
+    decision = _decide(document, catalog)
     assert not decision.accepted
     assert decision.objects == ()
     assert decision.status["phase"] == "Rejected"
@@ -623,16 +628,7 @@ def test_a_bad_template_is_a_rejected_plan_with_its_path(launcher: str, catalog:
     )
     # The schema is checked once what trainplan owns is settled.
     document["job"]["podTemplate"]["spec"]["containers"] = []
-    decision = decide_launch(
-        name="llama",
-        namespace="team-a",
-        uid="u",
-        generation=1,
-        spec_document=document,
-        previous_status={},
-        catalog=catalog,
-        now=NOW,
-    )
+    decision = _decide(document, catalog)
     assert decision.objects == ()
     (condition,) = decision.status["conditions"]
     assert (

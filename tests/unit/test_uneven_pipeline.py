@@ -163,7 +163,10 @@ def test_the_search_adds_uneven_powers_of_two_where_the_framework_places_them(
 def test_a_pinned_uneven_degree_is_planned(catalog: Catalog) -> None:
     result = plan(TrainingPlanSpec.model_validate(SPEC), catalog)
     assert (result.layout.pipeline, result.gpus) == (4, 16)
-    assert any("4 pipeline stages (7, 8, 8, 7 layers)" in line for line in result.explanation)
+    assert any(
+        "4 pipeline stages (7 layers on the first, 7 on the last, 8 on each other)" in line
+        for line in result.explanation
+    )
 
 
 def test_deepspeed_refuses_an_uneven_pin(catalog: Catalog) -> None:

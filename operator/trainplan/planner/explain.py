@@ -15,7 +15,7 @@ from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.resolve import ResolvedSpec
 from trainplan.planner.search import Evaluation
 from trainplan.planner.shapes import parameter_count
-from trainplan.planner.stages import stage_layers
+from trainplan.planner.stages import split_counts
 
 _GIB = float(1 << 30)
 
@@ -45,12 +45,12 @@ def describe_layout(layout: Layout, workload: Workload) -> str:
             if layout.virtual_stages > 1
             else ""
         )
-        split = stage_layers(workload.shape.layers, p)
-        uneven = (
-            f" ({', '.join(map(str, split))} layers)"
-            if split is not None and workload.shape.layers % p
-            else ""
-        )
+        split = split_counts(workload.shape.layers, p)
+        uneven = ""
+        if split is not None and workload.shape.layers % p:
+            first, middle, last = split
+            uneven = f" ({first} layers on the first, {last} on the last"
+            uneven += f", {middle} on each other)" if p > 2 else ")"
         parts.append(f"{p} pipeline stages{chunks}{uneven}")
     parts.append(f"{d} data-parallel replica{'s' if d > 1 else ''}")
     zero = {

@@ -22,7 +22,7 @@ from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.layout import Workload
 from trainplan.planner.search import LayoutPins, RunSettings
 from trainplan.planner.shapes import ModelShape, parameter_count
-from trainplan.planner.stages import stage_layers
+from trainplan.planner.stages import split_counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +168,7 @@ def _pipeline_problems(
         ]
     if layers % pipeline == 0:
         return []
-    split = stage_layers(layers, pipeline)
+    split = split_counts(layers, pipeline)
     if split is None:
         return [
             (

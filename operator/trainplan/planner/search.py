@@ -20,7 +20,7 @@ from trainplan.planner.frameworks import ANY_FRAMEWORK, FrameworkLimits
 from trainplan.planner.layout import CHECKPOINTING_LEVELS, Checkpointing, Layout, Workload
 from trainplan.planner.memory import MemoryEstimate, estimate_memory
 from trainplan.planner.reliability import ReliabilityEstimate, estimate_reliability
-from trainplan.planner.stages import stage_layers
+from trainplan.planner.stages import split_counts
 from trainplan.planner.steptime import FLASH_CAUSAL_FRACTION, StepTime, step_time
 
 _MAX_VIRTUAL_STAGES = 8
@@ -129,7 +129,7 @@ def tensor_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
 def pipeline_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
     """Pipeline degrees: a pin, or divisors of the layer count and, where the framework
     places uneven stages, the degrees of `_UNEVEN_PIPELINE_DEGREES` that split the layers
-    (`stage_layers`)."""
+    (`split_counts`)."""
     if pins.pipeline is not None:
         return [pins.pipeline]
     layers = workload.shape.layers
@@ -138,7 +138,7 @@ def pipeline_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
         degrees.update(
             p
             for p in _UNEVEN_PIPELINE_DEGREES
-            if p <= layers // 2 and stage_layers(layers, p) is not None
+            if p <= layers // 2 and split_counts(layers, p) is not None
         )
     return sorted(degrees)
 
@@ -148,7 +148,7 @@ def pipeline_splits(workload: Workload, pipeline: int, pins: LayoutPins) -> bool
     layers = workload.shape.layers
     if layers % pipeline == 0:
         return True
-    return pins.framework.uneven_pipeline and stage_layers(layers, pipeline) is not None
+    return pins.framework.uneven_pipeline and split_counts(layers, pipeline) is not None
 
 
 def data_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
