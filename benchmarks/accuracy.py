@@ -75,10 +75,15 @@ def baseline_step_seconds(workload: Workload, gpus: int) -> float:
 
 
 def best_pinned(
-    workload: Workload, gpus: int, pins: LayoutPins, calibration: Calibration
+    workload: Workload,
+    gpus: int,
+    pins: LayoutPins,
+    calibration: Calibration,
+    run: RunSettings | None = None,
 ) -> Evaluation | None:
-    """The planner's fastest layout on `gpus` GPUs under `pins`."""
-    evaluator = Evaluator(workload, calibration, _step_run())
+    """The planner's fastest layout on `gpus` GPUs under `pins`, priced for one step
+    unless `run` is given; None where nothing fits under them."""
+    evaluator = Evaluator(workload, calibration, _step_run() if run is None else run)
     return select_fastest(best_at(evaluator, gpus, pins))
 
 
@@ -157,7 +162,9 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
 RUN_CHECKPOINT_SECONDS = 60.0
 
 
-def _run_settings(row: RunRow, calibration: Calibration) -> RunSettings:
+def run_settings(row: RunRow, calibration: Calibration) -> RunSettings:
+    """A whole run's settings: its steps, the calibrated failure rate and restart time,
+    and a checkpoint of `RUN_CHECKPOINT_SECONDS`."""
     return RunSettings(
         total_steps=math.ceil(row.tokens / row.workload.tokens_per_step),
         interruptions_per_gpu_hour=calibration.interruptions_per_gpu_hour,
@@ -167,10 +174,14 @@ def _run_settings(row: RunRow, calibration: Calibration) -> RunSettings:
 
 
 def run_choice(row: RunRow, calibration: Calibration) -> Evaluation | None:
-    """The planner's own fastest layout on the run's GPUs (its step time does not depend
-    on the whole-run constants, so a fit of those may reuse it)."""
-    evaluator = Evaluator(row.workload, calibration, _run_settings(row, calibration))
-    return select_fastest(best_at(evaluator, row.gpus, LayoutPins()))
+    """The planner's fastest layout on the run's GPUs under the layout the run published
+    (`row.pins`, applied as a benchmark row's pins are: `best_pinned`); what the run did
+    not publish is the planner's own choice. None where nothing fits under the published
+    pins: such a run is reported as not fitting, not priced on another layout. Its step
+    time does not depend on the whole-run constants, so a fit of those may reuse it."""
+    return best_pinned(
+        row.workload, row.gpus, row.pins, calibration, run_settings(row, calibration)
+    )
 
 
 def run_gpu_hours_of(
@@ -184,7 +195,7 @@ def run_gpu_hours_of(
     (`reliability.estimate_reliability`)."""
     if choice is None or choice.step is None:
         return math.inf
-    run = _run_settings(row, calibration)
+    run = run_settings(row, calibration)
     goodput = calibration.run_goodput if goodput is None else goodput
     reliability = estimate_reliability(
         compute_seconds=choice.step.step_seconds * run.total_steps,
@@ -200,8 +211,9 @@ def run_gpu_hours_of(
 
 
 def run_gpu_hours(row: RunRow, calibration: Calibration) -> tuple[float, Evaluation | None]:
-    """GPU-hours of a whole published run: the planner's own layout on the run's GPUs,
-    with its failure model and whole-run goodput."""
+    """GPU-hours of a whole published run: the planner's layout on the run's GPUs under
+    the run's published pins (`run_choice`), with its failure model and whole-run
+    goodput."""
     choice = run_choice(row, calibration)
     return run_gpu_hours_of(row, choice, calibration), choice
 

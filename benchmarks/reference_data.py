@@ -1,8 +1,9 @@
 """Published measurements as planner inputs: one loader for the fit, tests and reports.
 
 Reads `tests/data/*.csv` (sources in each row) and turns every row into a `Workload`
-and the `LayoutPins` the row fixes. What a row does not state is derived from its
-source, and said here:
+and the `LayoutPins` the row fixes (`_pins`, one reader for the step-time benchmarks and
+the whole runs; a whole run pins only what its source published and leaves the rest to
+the search). What a row does not state is derived from its source, and said here:
 
 - attention kernel: runs published before FlashAttention (Dao et al., May 2022) used
   the materialised-score kernel: Narayanan et al. 2021, Korthikanti et al. 2022, and
@@ -85,6 +86,9 @@ class RunRow:
     group: str
     """The publication the row comes from (one organisation's report): the unit left out
     together by the leave-one-source-out evaluation."""
+    pins: LayoutPins
+    """The layout the run published (paper, model card or released training config,
+    cited in the row's notes); what it did not publish is searched."""
 
 
 def _attention_for(source: str) -> AttentionKernel:
@@ -146,18 +150,7 @@ def benchmark_rows(catalog: Catalog) -> Iterator[BenchmarkRow]:
             global_batch_size=batch,
             attention=_attention_for(row["source"]),
         )
-        tensor = int(row["tensor_parallel"])
-        pipeline = int(row["pipeline_parallel"])
-        pins = LayoutPins(
-            tensor=tensor,
-            pipeline=pipeline,
-            data=int(row["data_parallel"]),
-            micro_batch_size=_optional_int(row["micro_batch_size"]),
-            zero_stage=int(row["zero_stage"]),
-            checkpointing=_checkpointing(row["activation_checkpointing"]),
-            sequence_parallel=tensor > 1 and "sequence parallel" in row["notes"],
-            virtual_stages=_virtual_stages(row["notes"], pipeline),
-        )
+        pins = _pins(row)
         if row["measured_step_seconds"].strip():
             measured = float(row["measured_step_seconds"])
         else:
@@ -167,11 +160,35 @@ def benchmark_rows(catalog: Catalog) -> Iterator[BenchmarkRow]:
         yield BenchmarkRow(row["id"], row["source"], workload, gpus, pins, measured, mfu)
 
 
-def _checkpointing(text: str) -> Checkpointing:
+def _checkpointing(text: str) -> Checkpointing | None:
     value = text.strip()
+    if not value:
+        return None
     if value not in ("none", "selective", "full"):
         raise ValueError(f"unknown activation_checkpointing {value!r}")
     return value  # type: ignore[return-value]
+
+
+def _pins(row: dict[str, str]) -> LayoutPins:
+    """The layout a row of `published_benchmarks.csv` or `published_runs.csv` states
+    (`tensor_parallel`, `pipeline_parallel`, `data_parallel`, `micro_batch_size`,
+    `zero_stage`, `activation_checkpointing`); an empty cell is left to the search.
+    Sequence parallelism and interleaving follow the notes (module docstring) once the
+    tensor or pipeline degree is pinned."""
+    tensor = _optional_int(row["tensor_parallel"])
+    pipeline = _optional_int(row["pipeline_parallel"])
+    return LayoutPins(
+        tensor=tensor,
+        pipeline=pipeline,
+        data=_optional_int(row["data_parallel"]),
+        micro_batch_size=_optional_int(row["micro_batch_size"]),
+        zero_stage=_optional_int(row["zero_stage"]),
+        checkpointing=_checkpointing(row["activation_checkpointing"]),
+        sequence_parallel=(
+            None if tensor is None else tensor > 1 and "sequence parallel" in row["notes"]
+        ),
+        virtual_stages=None if pipeline is None else _virtual_stages(row["notes"], pipeline),
+    )
 
 
 def sweep_rows(catalog: Catalog) -> Iterator[SweepRow]:
@@ -251,4 +268,5 @@ def run_rows(catalog: Catalog) -> Iterator[RunRow]:
             published_gpu_hours=float(row["published_gpu_hours"]),
             hours_basis=_hours_basis(row["hours_basis"]),
             group=run_group(row["id"]),
+            pins=_pins(row),
         )

@@ -1,7 +1,10 @@
 """Whole-run GPU-hours: in sample and leaving out each source in turn.
 
-`python -m benchmarks.whole_runs` prices every row of `published_runs.csv` with the
-planner's own layout on the run's GPUs, the failure model and the whole-run goodput:
+`python -m benchmarks.whole_runs` prices every row of `published_runs.csv` on the run's
+GPUs with the layout the run published (`RunRow.pins`: the planner chooses only what the
+source left out, and a run whose published layout does not fit the planner's memory model
+is reported as such, not priced on another layout), the failure model and the whole-run
+goodput:
 once with `calibration.yaml`'s goodput (in sample), and once per source group with the
 goodput refitted without that group (`fit_calibration.fit_goodput`), predicting the
 group's rows (leave one source out). The step-time constants are those of
@@ -15,10 +18,19 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 
-from benchmarks.accuracy import run_baseline_gpu_hours, run_choice, run_gpu_hours_of
+from benchmarks.accuracy import (
+    run_baseline_gpu_hours,
+    run_choice,
+    run_gpu_hours_of,
+    run_settings,
+)
 from benchmarks.fit_calibration import fit_goodput
-from benchmarks.reference_data import run_rows
+from benchmarks.reference_data import RunRow, run_rows
+from trainplan.planner.calibration import Calibration
 from trainplan.planner.catalog import Catalog, load_catalog
+from trainplan.planner.search import Evaluator, LayoutPins, best_at
+
+_GIB = 1024**3
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +44,7 @@ class RunResult:
     held_out: float
     held_out_goodput: float
     baseline: float
+    published_layout: str
     layout: str
 
     @staticmethod
@@ -61,10 +74,49 @@ def evaluate(catalog: Catalog) -> list[RunResult]:
                 held_out=run_gpu_hours_of(row, choice, calibration, held),
                 held_out_goodput=held,
                 baseline=run_baseline_gpu_hours(row),
-                layout="no feasible layout" if choice is None else choice.layout.describe(),
+                published_layout=describe_pins(row.pins),
+                layout=(
+                    why_nothing_fits(row, calibration)
+                    if choice is None
+                    else choice.layout.describe()
+                ),
             )
         )
     return results
+
+
+def describe_pins(pins: LayoutPins) -> str:
+    """The published part of a layout, e.g. `TP4 PP12 DP8 mb2 ZeRO-1 full-recompute`;
+    `-` where the run published none."""
+    parts = [
+        f"{name}{value}"
+        for name, value in (
+            ("TP", pins.tensor),
+            ("PP", pins.pipeline),
+            ("DP", pins.data),
+            ("mb", pins.micro_batch_size),
+            ("ZeRO-", pins.zero_stage),
+        )
+        if value is not None
+    ]
+    if pins.checkpointing is not None:
+        parts.append(f"{pins.checkpointing}-recompute")
+    return " ".join(parts) or "-"
+
+
+def why_nothing_fits(row: RunRow, calibration: Calibration) -> str:
+    """Why no layout under the run's pins fits: the least memory per GPU any of them
+    needs, against the GPU's capacity (or that the pins admit no layout at all)."""
+    evaluator = Evaluator(row.workload, calibration, run_settings(row, calibration))
+    evaluations = best_at(evaluator, row.gpus, row.pins)
+    if not evaluations:
+        return "published layout not possible (degrees or batch do not divide)"
+    least = min(evaluations, key=lambda e: e.memory.total_bytes)
+    return (
+        f"published layout does not fit: {least.layout.describe()} needs"
+        f" {least.memory.total_bytes / _GIB:.0f} of {least.memory.capacity_bytes / _GIB:.0f}"
+        " GiB per GPU"
+    )
 
 
 def _summary(errors: list[float]) -> tuple[float, float]:
@@ -77,8 +129,8 @@ def report(catalog: Catalog) -> str:
     results = evaluate(catalog)
     lines = [
         "| row | published GPU-h | trainplan in sample | error | trainplan held out"
-        " (goodput) | error | 6ND at 40% | error | trainplan layout |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        " (goodput) | error | 6ND at 40% | error | published layout | trainplan layout |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in results:
         lines.append(
@@ -86,12 +138,14 @@ def report(catalog: Catalog) -> str:
             f" {RunResult.error(r.in_sample, r.published):+.1%} |"
             f" {r.held_out:,.0f} ({r.held_out_goodput:.3f}) |"
             f" {RunResult.error(r.held_out, r.published):+.1%} | {r.baseline:,.0f} |"
-            f" {RunResult.error(r.baseline, r.published):+.1%} | {r.layout} |"
+            f" {RunResult.error(r.baseline, r.published):+.1%} | {r.published_layout} |"
+            f" {r.layout} |"
         )
     feasible = [r for r in results if math.isfinite(r.in_sample)]
     left_out = [r.row_id for r in results if not math.isfinite(r.in_sample)]
+    pinned = sum(r.published_layout != "-" for r in results)
     rows_in = f"{len(feasible)} rows with a feasible layout" + (
-        f" ({', '.join(left_out)} has none)" if left_out else ""
+        f" ({', '.join(left_out)}: nothing fits under the published layout)" if left_out else ""
     )
     for name, values in (
         ("trainplan in sample", [RunResult.error(r.in_sample, r.published) for r in feasible]),
@@ -105,7 +159,10 @@ def report(catalog: Catalog) -> str:
         median, mean = _summary(values)
         lines.append("")
         lines.append(f"- {name}: median absolute error {median:.1%}, mean {mean:.1%}")
-    lines.insert(0, f"{len(results)} runs; summaries over {rows_in}.\n")
+    lines.insert(
+        0,
+        f"{len(results)} runs ({pinned} with a published layout); summaries over {rows_in}.\n",
+    )
     return "\n".join(lines)
 
 
@@ -113,7 +170,10 @@ def main() -> None:
     catalog = load_catalog()
     print(report(catalog))
     calibration = replace(catalog.calibration)
-    print(f"\nrun_goodput in calibration.yaml: {calibration.run_goodput}")
+    print(
+        f"\nrun_goodput in calibration.yaml: {calibration.run_goodput};"
+        f" fitted to these rows: {fit_goodput(catalog, calibration)}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,15 +1,20 @@
-"""The whole-run goodput's arithmetic and the published whole runs' data file."""
+"""The whole-run goodput's arithmetic, the published whole runs' data file and their
+published layouts."""
 
 from __future__ import annotations
 
 import csv
 import math
+from dataclasses import replace
 
 import pytest
 
+from benchmarks.accuracy import run_choice, run_gpu_hours_of
 from benchmarks.reference_data import DATA_DIR, run_group, run_rows
+from benchmarks.whole_runs import describe_pins, why_nothing_fits
 from trainplan.planner import Catalog
 from trainplan.planner.reliability import estimate_reliability, whole_run_compute_seconds
+from trainplan.planner.search import LayoutPins
 
 
 def test_goodput_divides_steady_time() -> None:
@@ -73,3 +78,41 @@ def test_every_whole_run_row_parses_and_names_its_source(catalog: Catalog) -> No
             assert math.isclose(
                 row.gpus * float(days) * 24, row.published_gpu_hours, rel_tol=0.1
             ), row.row_id
+
+
+def test_published_layouts_are_pins_and_unpublished_parts_are_searched(catalog: Catalog) -> None:
+    rows = {row.row_id: row for row in run_rows(catalog)}
+    assert rows["bloom-176b"].pins == LayoutPins(
+        tensor=4,
+        pipeline=12,
+        micro_batch_size=2,
+        zero_stage=1,
+        checkpointing="full",
+        sequence_parallel=False,
+        virtual_stages=1,
+    )
+    assert rows["falcon-180b"].pins.zero_stage is None
+    assert rows["llama2-70b"].pins == LayoutPins()
+
+
+def test_a_pinned_run_is_priced_on_its_published_layout(catalog: Catalog) -> None:
+    row = next(row for row in run_rows(catalog) if row.row_id == "gptneox-20b")
+    choice = run_choice(row, catalog.calibration)
+    assert choice is not None
+    layout = choice.layout
+    assert (layout.tensor, layout.pipeline, layout.data) == (2, 4, 12)
+    assert (layout.micro_batch_size, layout.zero_stage, layout.checkpointing) == (4, 1, "full")
+    assert describe_pins(row.pins) == "TP2 PP4 mb4 ZeRO-1 full-recompute"
+
+
+def test_a_published_layout_that_does_not_fit_is_reported_not_replaced(catalog: Catalog) -> None:
+    row = next(row for row in run_rows(catalog) if row.row_id == "gptneox-20b")
+    unsharded = replace(
+        row,
+        pins=LayoutPins(tensor=1, pipeline=1, zero_stage=0, checkpointing="full"),
+    )
+    assert run_choice(unsharded, catalog.calibration) is None
+    assert math.isinf(run_gpu_hours_of(unsharded, None, catalog.calibration))
+    assert why_nothing_fits(unsharded, catalog.calibration).startswith(
+        "published layout does not fit: TP1 PP1 DP96"
+    )
