@@ -94,7 +94,6 @@ PARAMETERS = (
     _parameter("standard_attention_bytes_per_score", 2.0, 40.0),
     _parameter("nvlink_efficiency", 0.3, 0.95),
     _parameter("network_efficiency", 0.1, 0.95),
-    _parameter("collective_latency_seconds", 1e-6, 2e-4),
     _parameter("data_parallel_overlap", 0.0, 1.0),
     _parameter("zero3_overlap", 0.0, 1.0),
     _parameter("pipeline_p2p_exposed", 0.0, 1.0),
@@ -203,12 +202,27 @@ def main() -> None:
             if isinstance(value, float):
                 document[key] = _rounded(value)
         path = resources.files("trainplan.planner") / "data" / "calibration.yaml"
-        header = [
-            line for line in path.read_text().splitlines(keepends=True) if line.startswith("#")
-        ]
         with resources.as_file(path) as file:
-            file.write_text("".join(header) + yaml.safe_dump(document, sort_keys=False))
+            file.write_text(_with_comments(path.read_text(), document))
         print(f"wrote {path}")
+
+
+def _with_comments(previous: str, document: dict[str, Any]) -> str:
+    """`document` as YAML, each top-level key keeping the comment lines that preceded it
+    in `previous` (and the file's leading comments), so that sources stay beside values."""
+    comments: dict[str, list[str]] = {}
+    pending: list[str] = []
+    for line in previous.splitlines(keepends=True):
+        if line.startswith("#"):
+            pending.append(line)
+        elif line[:1].isalpha():
+            comments[line.split(":", 1)[0]] = pending
+            pending = []
+    parts = []
+    for key, value in document.items():
+        parts += comments.get(key, [])
+        parts.append(yaml.safe_dump({key: value}, sort_keys=False))
+    return "".join(parts)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ def _neutral(calibration: Calibration) -> Calibration:
         standard_attention_bytes_per_score=12.0,
         nvlink_efficiency=0.75,
         network_efficiency=0.6,
-        collective_latency_seconds=1e-5,
         data_parallel_overlap=0.5,
         zero3_overlap=0.8,
         pipeline_p2p_exposed=0.5,

@@ -7,12 +7,13 @@ import pytest
 from tests.builders import make_layout
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.catalog import Catalog, GPUSpec
+from trainplan.planner.collectives import all_reduce_seconds
 from trainplan.planner.layout import AttentionKernel, Checkpointing, Layout, Workload
 from trainplan.planner.shapes import ModelShape
 from trainplan.planner.steptime import (
     StepTime,
-    all_reduce_seconds,
     collective_bandwidth_bytes_per_second,
+    communicator,
     data_comm_seconds,
     layer_pass_seconds,
     logits_pass_seconds,
@@ -53,21 +54,6 @@ layout = make_layout
 # ----------------------------------------------------------------- collectives
 
 
-@pytest.mark.parametrize("n", [2, 3, 4, 8, 16, 64, 1024])
-@pytest.mark.parametrize("size", [1.0, 1e6, 3.2e9])
-def test_ring_all_reduce_cost(calibration: Calibration, n: int, size: float) -> None:
-    # Patarasuk and Yuan 2009: 2 (n-1)/n x bytes / bandwidth, plus one latency per ring step.
-    bandwidth = 1.5e11
-    expected = 2 * (n - 1) / n * size / bandwidth + 2 * (n - 1) * (
-        calibration.collective_latency_seconds
-    )
-    assert all_reduce_seconds(size, n, bandwidth, calibration) == pytest.approx(expected)
-
-
-def test_all_reduce_over_one_rank_is_free(calibration: Calibration) -> None:
-    assert all_reduce_seconds(1e9, 1, 1e11, calibration) == 0.0
-
-
 @pytest.mark.parametrize("group", [2, 4, 8])
 def test_collective_inside_a_node_uses_nvlink(
     a100: GPUSpec, calibration: Calibration, group: int
@@ -104,9 +90,10 @@ def test_tensor_comm_is_four_all_reduces_of_the_activations(
     work = workload(a100)
     lay = layout(tensor, micro=2)
     size = 2 * work.shape.sequence_length * work.shape.hidden_size * 2  # b s h bf16 bytes
-    bandwidth = collective_bandwidth_bytes_per_second(work, tensor, tensor, calibration)
+    group = communicator(work, tensor, tensor, calibration)
+    assert group.nodes == 1
     assert tensor_comm_seconds_per_layer_pass(work, lay, calibration) == pytest.approx(
-        4 * all_reduce_seconds(size, tensor, bandwidth, calibration)
+        4 * all_reduce_seconds(size, group)
     )
 
 

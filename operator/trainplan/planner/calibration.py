@@ -44,8 +44,19 @@ class Calibration:
     """Achieved fraction of NVLink (or PCIe) bandwidth in NCCL collectives."""
     network_efficiency: float
     """Achieved fraction of the per-GPU inter-node bandwidth in NCCL collectives."""
-    collective_latency_seconds: float
-    """Fixed cost of one collective step (one hop of a ring)."""
+    collective_base_latency_seconds: float
+    """Fixed cost of launching one NCCL collective (`planner.collectives`)."""
+    nvlink_hop_latency_seconds: float
+    """Latency of one ring step between two GPUs of a node over NVLink."""
+    pcie_hop_latency_seconds: float
+    """Latency of one ring step between two GPUs of a node over PCIe."""
+    network_hop_latency_seconds: float
+    """Latency of one ring step between two nodes."""
+    gradient_bucket_min_parameters: float
+    """Parameters per gradient bucket (one collective each) at small data parallelism."""
+    gradient_bucket_parameters_per_data_rank: float
+    """Bucket parameters per data-parallel rank beyond the minimum: frameworks grow the
+    bucket with the group so that collectives stay bandwidth-bound."""
     data_parallel_overlap: float
     """Fraction of the gradient reduction hidden behind the backward pass (0..1)."""
     zero3_overlap: float
@@ -100,7 +111,12 @@ class _CalibrationDocument(BaseModel):
     standard_attention_bytes_per_score: float = Field(ge=0)
     nvlink_efficiency: float = Field(gt=0, le=1)
     network_efficiency: float = Field(gt=0, le=1)
-    collective_latency_seconds: float = Field(ge=0)
+    collective_base_latency_seconds: float = Field(ge=0)
+    nvlink_hop_latency_seconds: float = Field(ge=0)
+    pcie_hop_latency_seconds: float = Field(ge=0)
+    network_hop_latency_seconds: float = Field(ge=0)
+    gradient_bucket_min_parameters: float = Field(gt=0)
+    gradient_bucket_parameters_per_data_rank: float = Field(ge=0)
     data_parallel_overlap: float = Field(ge=0, le=1)
     zero3_overlap: float = Field(ge=0, le=1)
     pipeline_p2p_exposed: float = Field(ge=0, le=1)

@@ -8,16 +8,24 @@ gradient reduction, point-to-point transfers and the optimizer step leave expose
 Kernel time is an additive roofline (Williams et al. 2009): FLOPs at an achieved
 fraction of the dense peak plus HBM bytes at an achieved fraction of the bandwidth, so
 the efficiency of a matrix multiply depends on its shape rather than on one global MFU.
-Collectives use the ring cost 2 (n - 1) / n x bytes / bandwidth for an all-reduce
-(Patarasuk and Yuan 2009) plus a latency per ring step; a group spanning nodes uses the
-network ports of its members in each node.
+Collectives cost latency plus volume over bandwidth (`planner.collectives`: the ring and
+tree costs and NCCL's latency model); a group spanning nodes uses the network ports of its
+members in each node.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from trainplan.planner.calibration import ArchitectureEfficiency, Calibration
+from trainplan.planner.collectives import (
+    Communicator,
+    all_gather_seconds,
+    all_reduce_seconds,
+    point_to_point_seconds,
+    reduce_scatter_seconds,
+)
 from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.memory import (
     activation_element_bytes,
@@ -176,15 +184,25 @@ def collective_bandwidth_bytes_per_second(
     return min(intra, inter * calibration.network_efficiency)
 
 
-def all_reduce_seconds(
-    size_bytes: float, group_size: int, bandwidth: float, calibration: Calibration
-) -> float:
-    """Ring all-reduce: 2 (n - 1) / n x bytes / bandwidth + 2 (n - 1) latencies."""
-    if group_size <= 1:
-        return 0.0
-    steps = 2 * (group_size - 1)
-    return (
-        steps / group_size * size_bytes / bandwidth + steps * calibration.collective_latency_seconds
+def communicator(
+    workload: Workload, group_size: int, members_per_node: int, calibration: Calibration
+) -> Communicator:
+    """The group of `group_size` ranks, `members_per_node` of them in each node."""
+    members = max(1, min(group_size, members_per_node))
+    intra_hop = (
+        calibration.nvlink_hop_latency_seconds
+        if workload.gpu.intra_node_link == "nvlink"
+        else calibration.pcie_hop_latency_seconds
+    )
+    return Communicator(
+        ranks=group_size,
+        nodes=-(-group_size // members),
+        bandwidth_bytes_per_second=collective_bandwidth_bytes_per_second(
+            workload, group_size, members, calibration
+        ),
+        base_latency_seconds=calibration.collective_base_latency_seconds,
+        intra_node_hop_seconds=intra_hop,
+        network_hop_seconds=calibration.network_hop_latency_seconds,
     )
 
 
@@ -212,18 +230,16 @@ def tensor_comm_seconds_per_layer_pass(
     shape = workload.shape
     tokens = layout.micro_batch_size * shape.sequence_length
     size = tokens * shape.hidden_size * activation_element_bytes(workload.precision)
-    bandwidth = collective_bandwidth_bytes_per_second(
-        workload, t, _tensor_members_per_node(workload, layout), calibration
-    )
+    group = communicator(workload, t, _tensor_members_per_node(workload, layout), calibration)
     count = 6 if layout.checkpointing == "full" else 4
-    return count * all_reduce_seconds(size, t, bandwidth, calibration)
+    return count * all_reduce_seconds(size, group)
 
 
 def pipeline_transfer_seconds(
     workload: Workload, layout: Layout, calibration: Calibration
 ) -> float:
     """One activation transfer between stages, split over the tensor ranks (scatter-gather,
-    Narayanan et al. 2021, section 4.1)."""
+    Narayanan et al. 2021, section 4.1); adjacent stages are tensor x data ranks apart."""
     shape = workload.shape
     tokens = layout.micro_batch_size * shape.sequence_length
     size = tokens * shape.hidden_size * activation_element_bytes(workload.precision) / layout.tensor
@@ -233,7 +249,18 @@ def pipeline_transfer_seconds(
         if same_node
         else workload.gpu.network_bandwidth_bytes_per_second * calibration.network_efficiency
     )
-    return size / link + calibration.collective_latency_seconds
+    pair = communicator(workload, 2, 2 if same_node else 1, calibration)
+    return point_to_point_seconds(size, replace(pair, bandwidth_bytes_per_second=link))
+
+
+def gradient_buckets(layout: Layout, parameters: float, calibration: Calibration) -> int:
+    """Collectives per step of a bucketed data-parallel reduction (ZeRO 0-2): the
+    parameters over Megatron-LM's default bucket, max(40M, 1M x data ranks) parameters."""
+    bucket = max(
+        calibration.gradient_bucket_min_parameters,
+        calibration.gradient_bucket_parameters_per_data_rank * layout.data,
+    )
+    return max(1, math.ceil(parameters / bucket))
 
 
 def data_comm_seconds(
@@ -246,31 +273,38 @@ def data_comm_seconds(
     (ZeRO-3) per step.
 
     ZeRO 0 all-reduces fp32 gradients; stages 1 and 2 reduce-scatter them and all-gather
-    updated weights; stage 3 gathers weights forward and backward and reduce-scatters
-    gradients for every micro-batch (Rajbhandari et al. 2020, section 7).
+    updated weights (Rajbhandari et al. 2020, section 7), bucket by bucket
+    (`gradient_buckets`). Stage 3 gathers each layer's weights forward and again backward
+    and reduce-scatters its gradients, for every micro-batch: one collective per layer
+    and pass (FSDP's per-layer units, Zhao et al. 2023, arXiv 2304.11277, section 3), so
+    its volume per GPU does not shrink with the batch per GPU and its latency grows with
+    the layers and the ring's length.
     """
     d = layout.data
     if d == 1:
         return 0.0
     state = state_bytes_per_parameter(workload.precision, workload.optimizer)
     params = stage_parameter_count(workload.shape, layout)
-    bandwidth = collective_bandwidth_bytes_per_second(
-        workload, d, _data_members_per_node(workload, layout), calibration
-    )
-    share = (d - 1) / d
-    latency = 2 * (d - 1) * calibration.collective_latency_seconds
+    group = communicator(workload, d, _data_members_per_node(workload, layout), calibration)
     if layout.zero_stage >= 3:
-        weights = params * state.weights
-        per_micro_batch = (
-            share * (2 * weights + params * state.gradients) / bandwidth + 1.5 * latency
+        # The stage's layers plus one unit for the embedding and output layer.
+        units = split_of(workload.shape.layers, layout.pipeline).most + 1
+        per_unit = params / units
+        per_micro_batch = units * (
+            2 * all_gather_seconds(per_unit * state.weights, group)
+            + reduce_scatter_seconds(per_unit * state.gradients, group)
         )
         hidden = calibration.zero3_overlap * 3.0 * backward_seconds_per_micro_batch / 2.0
         return layout.accumulation_steps * max(0.0, per_micro_batch - hidden)
+    buckets = gradient_buckets(layout, params, calibration)
+    per_bucket = params / buckets
     if layout.zero_stage >= 1:
-        volume = share * params * (state.gradients + state.weights)
+        reduction = buckets * (
+            reduce_scatter_seconds(per_bucket * state.gradients, group)
+            + all_gather_seconds(per_bucket * state.weights, group)
+        )
     else:
-        volume = 2 * share * params * state.gradients
-    reduction = volume / bandwidth + latency
+        reduction = buckets * all_reduce_seconds(per_bucket * state.gradients, group)
     hidden = calibration.data_parallel_overlap * backward_seconds_per_micro_batch
     return max(reduction * (1 - calibration.data_parallel_overlap), reduction - hidden)
 
