@@ -392,6 +392,7 @@ def test_gpu_budget_printer_columns() -> None:
         {"name": "Used", "type": "number", "jsonPath": ".status.usedGPUHours"},
         {"name": "Committed", "type": "number", "jsonPath": ".status.committedGPUHours"},
         {"name": "Remaining", "type": "number", "jsonPath": ".status.remainingGPUHours"},
+        {"name": "Charged-At", "type": "number", "jsonPath": ".spec.chargeConfidence"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
 

@@ -425,6 +425,7 @@ def test_gpu_budget_status_validates_and_bad_budgets_are_rejected() -> None:
                 gpus=64,
                 projected_gpu_hours=40_000.0,
                 admitted_gpu_hours=36_000.0,
+                charged_confidence=0.9,
                 admitted_time=NOW,
                 intervals=(
                     UsageInterval(start=NOW, end=NOW + timedelta(hours=2)),
@@ -443,4 +444,6 @@ def test_gpu_budget_status_validates_and_bad_budgets_are_rejected() -> None:
     assert errors(spec_validator, {"gpuHours": 0})
     assert errors(spec_validator, {"gpuHours": 10, "enforcement": "Ignore"})
     assert errors(spec_validator, {"gpuHours": 10, "period": "1mo"})
+    assert errors(spec_validator, {"gpuHours": 10, "chargeConfidence": 0.99})
+    assert errors(spec_validator, {"gpuHours": 10, "chargeConfidence": 0.4})
     assert errors(spec_validator, {"period": "30d"})

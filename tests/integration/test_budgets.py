@@ -1,9 +1,9 @@
 """GPU budgets in the reconcile path, against kmock: plans over budget are rejected
 with the numbers, Warn admits with BudgetExceeded, Downsize launches a smaller plan,
 concurrent plans cannot share one remainder, the ledger follows the plan's phases, and
-malformed or missing budgets are reported. Two findings of the security review: a pod
-reporting its last step does not free its plan's commitment, and a rejected plan that is
-fixed launches with its budget entry."""
+malformed or missing budgets are reported; a budget charging p90 rejects a plan that fits
+at p50. Two findings of the security review: a pod reporting its last step does not free
+its plan's commitment, and a rejected plan that is fixed launches with its budget entry."""
 
 from __future__ import annotations
 
@@ -57,10 +57,27 @@ async def test_over_budget_is_rejected_with_the_numbers(
     rejected = await cluster.wait_for_phase(name, "Rejected")
     planned = condition(rejected, "Planned")
     assert planned["reason"] == "OverBudget"
-    assert f"needs {needs:,.0f} GPU-hours; team-a has" in planned["message"]
+    assert f"needs {needs:,.0f} GPU-hours at p50 (the estimate); team-a has" in planned["message"]
     assert "left in the last 30d" in planned["message"]
     assert cluster.objects(JOBS) == {}
     await cluster.wait_for(lambda: bool(events(cluster, "OverBudget")), "an OverBudget event")
+
+
+async def test_a_budget_charging_p90_rejects_a_plan_that_fits_at_p50(
+    budget_operator: OperatorProcess, cluster: Cluster, catalog: Catalog, needs: float
+) -> None:
+    p90 = needs * catalog.calibration.gpu_hours_ratio_p90
+    allowance = (needs + p90) / 2
+    await cluster.apply_budget(
+        "team-a", {"gpuHours": allowance, "period": "30d", "chargeConfidence": 0.9}
+    )
+    name = await cluster.apply_plan(_plan("cautious"))
+    rejected = await cluster.wait_for_phase(name, "Rejected")
+    assert condition(rejected, "Planned")["message"] == (
+        f"GPUBudget team-a: needs {p90:,.0f} GPU-hours at p90 (estimate {needs:,.0f});"
+        f" team-a has {allowance:,.0f} of {allowance:,.0f} left in the last 30d"
+    )
+    assert cluster.objects(JOBS) == {}
 
 
 async def test_admitted_plan_is_accounted_through_its_life(
@@ -69,10 +86,15 @@ async def test_admitted_plan_is_accounted_through_its_life(
     await cluster.apply_budget("team-a", {"gpuHours": needs * 10, "period": "7d"})
     name = await cluster.apply_plan(_plan("fits"))
     launched = await cluster.wait_for_phase(name, "Launching")
-    assert condition(launched, "BudgetExceeded")["status"] == "False"
+    exceeded = condition(launched, "BudgetExceeded")
+    assert exceeded["status"] == "False"
+    assert exceeded["message"] == (
+        f"admitted by GPUBudget team-a, charged {needs:,.0f} GPU-hours at p50 (the estimate)"
+    )
     budget = cluster.budget("team-a")
     ledger = budget["status"]["ledger"]
     assert [(u["name"], u["gpus"], u["finished"]) for u in ledger] == [("fits", 8, False)]
+    assert ledger[0]["chargedConfidence"] == 0.5
     assert budget["status"]["committedGPUHours"] == pytest.approx(needs, abs=1e-3)
     assert budget["status"]["activePlans"] == ["fits"]
     assert budget["status"]["gpusInUse"] == 8

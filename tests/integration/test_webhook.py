@@ -245,7 +245,8 @@ async def test_a_plan_over_the_gpu_hours_is_denied(webhook: Webhook, gpu_hours: 
     assert answer["status"]["code"] == 403
     left = _hours(gpu_hours * 0.6)
     assert answer["status"]["message"] == (
-        f"needs {_hours(gpu_hours)} GPU-hours; tight has {left} of {left} left in the last 30d"
+        f"needs {_hours(gpu_hours)} GPU-hours at p50 (the estimate); tight has {left} of {left}"
+        " left in the last 30d"
     )
 
 
@@ -254,8 +255,8 @@ async def test_warn_allows_with_a_warning(webhook: Webhook, gpu_hours: float) ->
     assert answer["allowed"] is True
     left = _hours(gpu_hours * 0.6)
     assert answer["warnings"] == [
-        f"over budget: needs {_hours(gpu_hours)} GPU-hours; lenient has {left} of {left}"
-        " left in the last 30d"
+        f"over budget: needs {_hours(gpu_hours)} GPU-hours at p50 (the estimate); lenient has"
+        f" {left} of {left} left in the last 30d"
     ]
 
 

@@ -5,8 +5,10 @@ the verdict of each enforcement mode with real plans, and the budget's status do
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
+from statistics import NormalDist
 from typing import Any
 
 import pytest
@@ -21,14 +23,17 @@ from trainplan.api import (
     UsageInterval,
 )
 from trainplan.controller.budgets import (
+    ESTIMATE,
     OVERRUN_HORIZON_SECONDS,
     Budget,
     BudgetSummary,
+    Charge,
     Verdict,
     admit,
     admitted_gpu_hours,
     budget_conditions,
     budget_status,
+    charge_for,
     committed_gpu_hours,
     find_usage,
     follow_phase,
@@ -42,7 +47,14 @@ from trainplan.controller.budgets import (
     used_gpu_hours,
     window_start,
 )
-from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
+from trainplan.planner import (
+    Calibration,
+    Catalog,
+    InfeasiblePlanError,
+    PlanInputError,
+    duration_quantile_factor,
+    plan,
+)
 
 T0 = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)
 """A Monday, midnight UTC: the start of the simulated weeks."""
@@ -221,7 +233,7 @@ def test_the_bypass_no_longer_admits_a_second_plan_over_the_limit(base_plan: Pla
     second = _planned(base_plan, gpu_hours=100)
     verdict = judge(budget, _spec(), second, _no_replan)
     assert not verdict.allowed
-    assert "needs 100 GPU-hours; team-a has 50 of 150 left" in verdict.message
+    assert "needs 100 GPU-hours at p50 (the estimate); team-a has 50 of 150 left" in verdict.message
 
 
 def test_a_projection_above_the_admission_is_committed() -> None:
@@ -270,7 +282,7 @@ def test_empty_ledger_leaves_the_whole_allowance() -> None:
 
 
 def test_admit_records_the_plan_once(base_plan: Plan) -> None:
-    ledger = admit([], name="a", uid="u-a", plan=base_plan, now=T0)
+    ledger = admit([], name="a", uid="u-a", plan=base_plan, charge=ESTIMATE, now=T0)
     assert ledger == [
         PlanUsage(
             name="a",
@@ -278,17 +290,22 @@ def test_admit_records_the_plan_once(base_plan: Plan) -> None:
             gpus=8,
             projected_gpu_hours=base_plan.gpu_hours,
             admitted_gpu_hours=base_plan.gpu_hours,
+            charged_confidence=0.5,
             admitted_time=T0,
         )
     ]
-    again = admit(ledger, name="a", uid="u-a", plan=base_plan, now=T0 + _hours(1))
+    again = admit(ledger, name="a", uid="u-a", plan=base_plan, charge=ESTIMATE, now=T0 + _hours(1))
     assert again == ledger
     assert again is not ledger  # a new list, the input untouched
 
 
 def test_recreated_plan_with_a_new_uid_gets_its_own_entry(base_plan: Plan) -> None:
-    first = release(admit([], name="a", uid="u-1", plan=base_plan, now=T0)[0], T0 + _hours(1))
-    ledger = admit([first], name="a", uid="u-2", plan=base_plan, now=T0 + _hours(2))
+    first = release(
+        admit([], name="a", uid="u-1", plan=base_plan, charge=ESTIMATE, now=T0)[0], T0 + _hours(1)
+    )
+    ledger = admit(
+        [first], name="a", uid="u-2", plan=base_plan, charge=ESTIMATE, now=T0 + _hours(2)
+    )
     assert [(u.name, u.uid, u.finished) for u in ledger] == [
         ("a", "u-1", True),
         ("a", "u-2", False),
@@ -485,7 +502,9 @@ def test_a_plan_through_its_life_over_two_weeks(base_plan: Plan) -> None:
     a 7-day window: the figures at every step."""
     spec = GPUBudgetSpec(gpu_hours=1000, period="7d")
     job_start = T0 + _hours(0.5)
-    ledger = admit([], name="a", uid="u-a", plan=_planned(base_plan, gpu_hours=100), now=T0)
+    ledger = admit(
+        [], name="a", uid="u-a", plan=_planned(base_plan, gpu_hours=100), charge=ESTIMATE, now=T0
+    )
     assert _figures(spec, ledger, T0) == (0.0, 100.0, 900.0, 8, ("a",))
 
     def advance(phase: str | None, now: datetime, **times: Any) -> None:
@@ -544,13 +563,23 @@ def test_several_plans_over_three_weeks(base_plan: Plan) -> None:
 
     # Day 0: "long" (16 GPUs, 3000 projected) is admitted and starts at once.
     ledger = admit(
-        ledger, name="long", uid="u-long", plan=_planned(base_plan, gpus=16, gpu_hours=3000), now=T0
+        ledger,
+        name="long",
+        uid="u-long",
+        plan=_planned(base_plan, gpus=16, gpu_hours=3000),
+        charge=ESTIMATE,
+        now=T0,
     )
     put(_step(entry("long"), "Running", T0, start_time=T0))
     # Day 1: "gone" (8 GPUs, 400) is admitted, runs from 06:00, deleted at 16:00.
     day1 = T0 + _days(1)
     ledger = admit(
-        ledger, name="gone", uid="u-gone", plan=_planned(base_plan, gpu_hours=400), now=day1
+        ledger,
+        name="gone",
+        uid="u-gone",
+        plan=_planned(base_plan, gpu_hours=400),
+        charge=ESTIMATE,
+        now=day1,
     )
     put(_step(entry("gone"), "Running", day1 + _hours(6), start_time=day1 + _hours(6)))
     assert _figures(spec, ledger, day1 + _hours(10)) == (
@@ -575,6 +604,7 @@ def test_several_plans_over_three_weeks(base_plan: Plan) -> None:
         name="short",
         uid="u-short",
         plan=_planned(base_plan, gpus=32, gpu_hours=64),
+        charge=ESTIMATE,
         now=day3,
     )
     put(_step(entry("short"), "Running", day3 + _hours(2), start_time=day3 + _hours(2)))
@@ -692,7 +722,8 @@ def test_reject_gives_the_numbers(base_plan: Plan) -> None:
     verdict = judge(budget, _spec(), big, _no_replan)
     assert not verdict.allowed
     assert verdict.message == (
-        "needs 12,400 GPU-hours; team-a has 3,100 of 50,000 left in the last 30d"
+        "needs 12,400 GPU-hours at p50 (the estimate); team-a has 3,100 of 50,000 left in"
+        " the last 30d"
     )
     assert (verdict.plan, verdict.spec, verdict.warnings, verdict.exceeded) == (
         None,
@@ -709,7 +740,10 @@ def test_reject_counts_committed_hours_of_running_plans(base_plan: Plan) -> None
     budget = _budget(spec, [running])
     assert budget.summary.remaining_gpu_hours == pytest.approx(4)
     verdict = judge(budget, _spec(), base_plan, _no_replan)
-    assert verdict.message == "needs 11 GPU-hours; team-a has 4 of 100 left in the last 7d"
+    assert (
+        verdict.message
+        == "needs 11 GPU-hours at p50 (the estimate); team-a has 4 of 100 left in the last 7d"
+    )
 
 
 def test_remaining_below_zero_reads_as_none_left(base_plan: Plan) -> None:
@@ -742,7 +776,7 @@ def test_reject_with_both_problems_names_both(base_plan: Plan) -> None:
     budget = _budget(GPUBudgetSpec(gpu_hours=100, max_gpus=8), [_holding(4), _spent(95)])
     verdict = judge(budget, _spec(), base_plan, _no_replan)
     assert verdict.message == (
-        "needs 11 GPU-hours; team-a has 5 of 100 left in the last 30d;"
+        "needs 11 GPU-hours at p50 (the estimate); team-a has 5 of 100 left in the last 30d;"
         " needs 8 GPUs at once; team-a allows 8 and 4 are in use"
     )
 
@@ -756,7 +790,10 @@ def test_warn_admits_over_budget_with_a_warning(base_plan: Plan) -> None:
     assert verdict.exceeded
     assert verdict.plan is big
     assert verdict.spec is spec
-    expected = "needs 12,400 GPU-hours; team-a has 3,100 of 50,000 left in the last 30d"
+    expected = (
+        "needs 12,400 GPU-hours at p50 (the estimate); team-a has 3,100 of 50,000 left in"
+        " the last 30d"
+    )
     assert verdict.message == expected
     assert verdict.warnings == (f"over budget: {expected}",)
 
@@ -872,9 +909,10 @@ def test_downsize_denies_when_the_smaller_plan_still_exceeds_the_hours(
     assert not verdict.allowed
     assert verdict.plan is None
     assert verdict.message == (
-        "needs 11 GPU-hours; team-a has 9 of 9 left in the last 30d;"
+        "needs 11 GPU-hours at p50 (the estimate); team-a has 9 of 9 left in the last 30d;"
         " needs 8 GPUs at once; team-a allows 8 and 4 are in use;"
-        " downsized to 4 GPUs it needs 11 GPU-hours; team-a has 9 of 9 left in the last 30d"
+        " downsized to 4 GPUs it needs 11 GPU-hours at p50 (the estimate); team-a has 9 of 9"
+        " left in the last 30d"
     )
 
 
@@ -943,14 +981,127 @@ def test_downsize_over_hours_alone_is_denied_without_replanning(base_plan: Plan)
     )
     verdict = judge(budget, _spec(), base_plan, _no_replan)
     assert not verdict.allowed
-    assert verdict.message == "needs 11 GPU-hours; team-a has 5 of 100 left in the last 30d"
+    assert (
+        verdict.message
+        == "needs 11 GPU-hours at p50 (the estimate); team-a has 5 of 100 left in the last 30d"
+    )
 
 
 def test_downsize_without_a_ceiling_is_denied_without_replanning(base_plan: Plan) -> None:
     budget = _budget(GPUBudgetSpec(gpu_hours=5, enforcement="Downsize"))
     verdict = judge(budget, _spec(), base_plan, _no_replan)
     assert not verdict.allowed
-    assert verdict.message.startswith("needs 11 GPU-hours; team-a has 5 of 5")
+    assert verdict.message.startswith("needs 11 GPU-hours at p50 (the estimate); team-a has 5 of 5")
+
+
+# --- the charge: a quantile of the plan's GPU-hours -------------------------------------------
+
+
+def _charge(calibration: Calibration, floor: float = 0.5, **objective: Any) -> Charge:
+    spec = _spec(objective={"gpus": 8, **objective})
+    return charge_for(GPUBudgetSpec(gpu_hours=100, charge_confidence=floor), spec, calibration)
+
+
+def test_the_charge_at_p50_is_the_estimate(base_plan: Plan, calibration: Calibration) -> None:
+    charge = _charge(calibration)
+    assert charge == ESTIMATE == Charge(0.5, 1.0)
+    assert charge.gpu_hours(base_plan) == base_plan.gpu_hours
+    assert charge.describe(base_plan) == (
+        f"{base_plan.gpu_hours:,.0f} GPU-hours at p50 (the estimate)"
+    )
+
+
+def test_the_charge_at_p90_is_the_top_of_the_plans_gpu_hours_range(
+    base_plan: Plan, calibration: Calibration
+) -> None:
+    charge = _charge(calibration, 0.9)
+    assert (charge.confidence, charge.quantile) == (0.9, "p90")
+    assert charge.factor == pytest.approx(calibration.gpu_hours_ratio_p90)
+    assert base_plan.gpu_hours_range is not None
+    assert charge.gpu_hours(base_plan) == pytest.approx(base_plan.gpu_hours_range.p90)
+    assert charge.describe(base_plan) == (
+        f"{base_plan.gpu_hours_range.p90:,.0f} GPU-hours at p90"
+        f" (estimate {base_plan.gpu_hours:,.0f})"
+    )
+
+
+def test_charges_in_between_follow_the_log_normal_tail_of_the_deadline_search(
+    calibration: Calibration,
+) -> None:
+    assert calibration.gpu_hours_ratio_p90 > 1
+    confidences = (0.5, 0.75, 0.9, 0.925, 0.95)
+    charges = [_charge(calibration, c) for c in confidences]
+    factors = [charge.factor for charge in charges]
+    assert factors == sorted(set(factors))  # rising with the confidence
+    assert factors == [duration_quantile_factor(calibration, c) for c in confidences]
+    z = NormalDist().inv_cdf
+    assert math.log(factors[1]) / math.log(factors[2]) == pytest.approx(z(0.75) / z(0.9))
+    assert [charge.quantile for charge in charges] == ["p50", "p75", "p90", "p92.5", "p95"]
+
+
+@pytest.mark.parametrize(
+    ("floor", "plan_confidence", "charged"),
+    [(0.5, None, 0.5), (0.9, None, 0.9), (0.9, 0.75, 0.9), (0.5, 0.9, 0.9), (0.9, 0.95, 0.95)],
+)
+def test_the_budget_sets_the_least_quantile_and_a_plan_may_raise_it(
+    calibration: Calibration, floor: float, plan_confidence: float | None, charged: float
+) -> None:
+    charge = _charge(calibration, floor, confidence=plan_confidence)
+    assert charge == Charge(charged, duration_quantile_factor(calibration, charged))
+
+
+def test_charge_confidence_is_bounded() -> None:
+    for confidence in (0.49, 0.96, 1.0):
+        with pytest.raises(ValueError, match="chargeConfidence"):
+            GPUBudgetSpec.model_validate({"gpuHours": 10, "chargeConfidence": confidence})
+    assert GPUBudgetSpec(gpu_hours=10).charge_confidence == 0.5
+
+
+def test_a_plan_that_fits_at_p50_is_refused_at_p90(
+    base_plan: Plan, calibration: Calibration
+) -> None:
+    big = _planned(base_plan, gpu_hours=12_400)
+    ledger = [_spent(34_000)]
+    spec = GPUBudgetSpec(gpu_hours=50_000, period="30d")
+    at_p50 = judge(_budget(spec, ledger), _spec(), big, _no_replan)
+    assert at_p50.allowed
+    assert at_p50.charged == "12,400 GPU-hours at p50 (the estimate)"
+
+    cautious = spec.model_copy(update={"charge_confidence": 0.9})
+    p90 = _charge(calibration, 0.9)
+    budget = Budget("team-a", cautious, summarize(cautious, ledger, T0), p90)
+    at_p90 = judge(budget, _spec(), big, _no_replan)
+    assert not at_p90.allowed
+    assert at_p90.message == (
+        f"needs {12_400 * calibration.gpu_hours_ratio_p90:,.0f} GPU-hours at p90"
+        " (estimate 12,400); team-a has 16,000 of 50,000 left in the last 30d"
+    )
+
+
+def test_admit_records_the_charge_beside_the_projection(
+    base_plan: Plan, calibration: Calibration
+) -> None:
+    p90 = _charge(calibration, 0.9)
+    (entry,) = admit([], name="a", uid="u-a", plan=base_plan, charge=p90, now=T0)
+    assert entry.projected_gpu_hours == base_plan.gpu_hours
+    assert entry.admitted_gpu_hours == pytest.approx(base_plan.gpu_hours * p90.factor)
+    assert entry.charged_confidence == 0.9
+    # The charge stays committed until used, whatever the (lower) projection says.
+    assert committed_gpu_hours(entry, T0) == entry.admitted_gpu_hours
+
+
+def test_overcommitted_figures_name_the_budgets_quantile() -> None:
+    _, events = budget_conditions(
+        _overcommitted(50, 60), {}, generation=1, now=T0, charge_confidence=0.9
+    )
+    assert events == [
+        (
+            "Warning",
+            "BudgetOvercommitted",
+            "50 of 100 GPU-hours used (50%) and 60 committed (charged at p90 or above):"
+            " 10 over the allowance",
+        )
+    ]
 
 
 # --- conditions, Events, the status document -----------------------------------------------
@@ -1113,7 +1264,7 @@ def _ledger_for_status(base_plan: Plan) -> list[PlanUsage]:
     ancient = _usage(
         "ancient", 8, 50, (T0 - _days(40), T0 - _days(39)), finished=True, admitted=T0 - _days(40)
     )
-    waiting = admit([], name="waiting", uid="u-w", plan=base_plan, now=T0)[0]
+    waiting = admit([], name="waiting", uid="u-w", plan=base_plan, charge=ESTIMATE, now=T0)[0]
     return [running, suspended, done, ancient, waiting]
 
 

@@ -433,7 +433,10 @@ async def test_verdict_for_an_admitted_plan_is_the_same_as_before(
     assert again.plan.gpu_hours == pytest.approx(needs)
     other = verdict_for(body, name="other", uid="uid-other", spec=_spec(), catalog=catalog, now=T0)
     assert not other.allowed
-    assert other.message == "needs 11 GPU-hours; team-a has 4 of 15 left in the last 30d"
+    assert (
+        other.message
+        == "needs 11 GPU-hours at p50 (the estimate); team-a has 4 of 15 left in the last 30d"
+    )
 
 
 async def test_verdict_for_a_recreated_plan_counts_the_old_ones_use(
@@ -519,6 +522,7 @@ async def test_reserve_admits_and_records_once(
             "gpus": 8,
             "projectedGPUHours": pytest.approx(needs),
             "admittedGPUHours": pytest.approx(needs),
+            "chargedConfidence": 0.5,
             "admittedTime": "2026-11-23T08:00:00Z",
             "intervals": [],
             "finished": False,
@@ -561,7 +565,7 @@ async def test_reserve_denied_writes_nothing(
     assert reservation is not None
     assert not reservation.verdict.allowed
     assert reservation.verdict.message == (
-        "needs 11 GPU-hours; team-a has 5 of 5 left in the last 30d"
+        "needs 11 GPU-hours at p50 (the estimate); team-a has 5 of 5 left in the last 30d"
     )
     assert reservation.written is None
     assert fake.writes == []
@@ -580,6 +584,55 @@ async def test_reserve_warn_records_the_plan_over_budget(
     status = fake.budget()["status"]
     assert status["remainingGPUHours"] == pytest.approx(5 - needs, abs=1e-3)
     _assert_valid_status(status)
+
+
+async def test_reserve_at_p90_records_the_charge_and_its_quantile(
+    fake: FakeApi, api: KubernetesApi, catalog: Catalog, needs: float
+) -> None:
+    fake.put(_budget({"gpuHours": 100, "chargeConfidence": 0.9}))
+    reservation = await _reserve(api, catalog, "train")
+    assert reservation is not None
+    p90 = needs * catalog.calibration.gpu_hours_ratio_p90
+    assert reservation.verdict.charged == f"{p90:,.0f} GPU-hours at p90 (estimate {needs:,.0f})"
+    status = fake.budget()["status"]
+    (entry,) = status["ledger"]
+    assert entry["projectedGPUHours"] == pytest.approx(needs)
+    assert entry["admittedGPUHours"] == pytest.approx(p90)
+    assert entry["chargedConfidence"] == 0.9
+    assert status["committedGPUHours"] == pytest.approx(p90, abs=1e-3)
+    _assert_valid_status(status)
+
+
+@pytest.mark.parametrize("at_p90", ["budget", "plan"])
+async def test_a_plan_that_fits_at_p50_is_refused_at_p90(
+    fake: FakeApi, catalog: Catalog, needs: float, at_p90: str
+) -> None:
+    """The budget's chargeConfidence, or the plan's own objective.confidence, sets p90."""
+    p90 = needs * catalog.calibration.gpu_hours_ratio_p90
+    allowance = (needs + p90) / 2
+    fake.put(_budget({"gpuHours": allowance}))
+    at_p50 = verdict_for(
+        fake.budget(), name="train", uid="uid-train", spec=_spec(), catalog=catalog, now=T0
+    )
+    assert at_p50.allowed
+    assert at_p50.charged == f"{needs:,.0f} GPU-hours at p50 (the estimate)"
+
+    budget: dict[str, Any] = {"gpuHours": allowance}
+    objective: dict[str, Any] = {"gpus": 8}
+    if at_p90 == "budget":
+        budget["chargeConfidence"] = 0.9
+    else:
+        objective["confidence"] = 0.9
+    fake.put(_budget(budget))
+    reservation = await _reserve(_as_api(fake), catalog, "train", objective=objective)
+    assert reservation is not None
+    assert not reservation.verdict.allowed
+    assert reservation.verdict.message == (
+        f"needs {p90:,.0f} GPU-hours at p90 (estimate {needs:,.0f}); team-a has"
+        f" {allowance:,.0f} of {allowance:,.0f} left in the last 30d"
+    )
+    assert reservation.written is None
+    assert fake.writes == []
 
 
 async def test_reserve_downsize_records_the_smaller_plan(
@@ -623,7 +676,10 @@ async def test_two_reservations_racing_for_one_remainder(
     assert b.written is not None
     assert a is not None
     assert not a.verdict.allowed
-    assert a.verdict.message == "needs 11 GPU-hours; team-a has 4 of 15 left in the last 30d"
+    assert (
+        a.verdict.message
+        == "needs 11 GPU-hours at p50 (the estimate); team-a has 4 of 15 left in the last 30d"
+    )
     assert a.written is None
     assert [(w.name, w.applied) for w in fake.writes] == [("team-a", True), ("team-a", False)]
     assert [u.name for u in _ledger(fake)] == ["b"]

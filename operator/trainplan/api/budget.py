@@ -25,6 +25,17 @@ class GPUBudgetSpec(ApiModel):
         "Reject",
         description="Over budget: Reject the plan, Downsize it to fit, or Warn and admit it.",
     )
+    charge_confidence: float = Field(
+        0.5,
+        ge=0.5,
+        le=0.95,
+        alias="chargeConfidence",
+        description=(
+            "The least quantile of its GPU-hours a plan is charged at, 0.5 (default: the"
+            " estimate) to 0.95; a plan's objective.confidence may raise it. 0.9 charges"
+            " the 90th percentile of its GPU-hours range."
+        ),
+    )
 
 
 NEARLY_EXHAUSTED_RATIO: Final = 0.8
@@ -70,6 +81,18 @@ class PlanUsage(ApiModel):
             " this field: the projection then, recorded at the next revision)."
         ),
     )
+    charged_confidence: float | None = Field(
+        None,
+        ge=0.5,
+        le=0.95,
+        alias="chargedConfidence",
+        description=(
+            "The quantile of its GPU-hours admittedGPUHours is: the larger of the budget's"
+            " chargeConfidence and the plan's objective.confidence; 0.5 (the estimate) for"
+            " a plan taken in after it launched, and read as 0.5 in entries written before"
+            " this field."
+        ),
+    )
     admitted_time: AwareDatetime = Field(description="When the plan was admitted.")
     intervals: tuple[UsageInterval, ...] = Field((), description="When it held its GPUs.")
     finished: bool = Field(False, description="The plan ended (or was deleted).")
@@ -87,8 +110,8 @@ class GPUBudgetStatus(ApiModel):
         alias="committedGPUHours",
         description=(
             "What the admitted plans still commit: each the larger of its projected and"
-            " admitted GPU-hours less what it used (while its pods run past that, at least"
-            " its GPUs for an hour)."
+            " admitted GPU-hours (charged at its chargedConfidence quantile) less what it"
+            " used (while its pods run past that, at least its GPUs for an hour)."
         ),
     )
     remaining_gpu_hours: float | None = Field(

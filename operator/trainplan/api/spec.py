@@ -209,7 +209,8 @@ class ObjectiveSpec(ApiModel):
         description=(
             "With a deadline: the chance the plan should finish in time, 0.5 (default:"
             " the estimate itself) to 0.95; 0.9 plans on the 90th percentile of its"
-            " duration range."
+            " duration range. A GPUBudget charges the plan its GPU-hours quantile at this"
+            " confidence, or at the budget's chargeConfidence if higher."
         ),
     )
 

@@ -27,11 +27,13 @@ from trainplan.api import (
 )
 from trainplan.cluster import KubernetesApi, KubernetesApiError, ResourceVersionConflictError
 from trainplan.controller.budgets import (
+    ESTIMATE,
     Budget,
     BudgetSummary,
     Verdict,
     admit,
     budget_status,
+    charge_for,
     find_usage,
     follow_phase,
     judge,
@@ -116,8 +118,9 @@ def verdict_for(
     catalog: Catalog,
     now: datetime,
 ) -> Verdict:
-    """Judge the plan of `spec` against the budget, as if this plan were not admitted
-    yet (so re-judging an admitted plan gives the same answer)."""
+    """Judge the plan of `spec`, charged its GPU-hours quantile (`charge_for`), against
+    the budget, as if this plan were not admitted yet (so re-judging an admitted plan
+    gives the same answer)."""
     budget = budget_spec(budget_body)
     ledger = [
         usage
@@ -132,7 +135,7 @@ def verdict_for(
     except InfeasiblePlanError as error:
         return Verdict(False, "; ".join(error.reasons))
     return judge(
-        Budget(_name(budget_body), budget, summary),
+        Budget(_name(budget_body), budget, summary, charge_for(budget, spec, catalog.calibration)),
         spec,
         planned,
         lambda smaller: plan(smaller, catalog),
@@ -222,7 +225,12 @@ async def reserve(
             return Reservation(budget, verdict, None)  # admitted before (resumed, retried)
         try:
             written = await _write(
-                api, budget_body, admit(ledger, name=name, uid=uid, plan=verdict.plan, now=now), now
+                api,
+                budget_body,
+                admit(
+                    ledger, name=name, uid=uid, plan=verdict.plan, charge=verdict.charge, now=now
+                ),
+                now,
             )
         except ResourceVersionConflictError:
             continue
@@ -350,6 +358,7 @@ async def _refresh_once(
                 gpus=int(planned["gpus"]),
                 projected_gpu_hours=float(planned["gpuHours"]),
                 admitted_gpu_hours=float(planned["gpuHours"]),
+                charged_confidence=ESTIMATE.confidence,  # launched before it was judged
                 admitted_time=_time(status["startTime"]) or now,
             )
             ledger.append(usage)

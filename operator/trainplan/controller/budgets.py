@@ -7,6 +7,11 @@ Accounting: a plan uses `gpus x hours` for every interval its Job's pods hold GP
 (phases Running and Restarting), clipped to the window `[now - period, now]`. What remains
 is the allowance less the used and the committed.
 
+Charge: a plan is admitted with its GPU-hours quantile at the larger of the budget's
+`chargeConfidence` and the plan's `objective.confidence` (0.5: the estimate), the
+planner's log-normal error model (`duration_quantile_factor`, the one behind the plan's
+`gpuHoursRange` and its deadline search); its entry records the quantile.
+
 Commitment: a plan that is not finished commits `max(projected, admitted) - used` (at
 least 0), `used` over its whole life. `admitted` is the GPU-hours it was admitted with,
 recorded in its entry; `projected` is the ETA's revision, which follows what the pods
@@ -37,7 +42,12 @@ from trainplan.api import (
     parse_duration_seconds,
 )
 from trainplan.controller.conditions import make_condition, merge_conditions
-from trainplan.planner import InfeasiblePlanError, PlanInputError
+from trainplan.planner import (
+    Calibration,
+    InfeasiblePlanError,
+    PlanInputError,
+    duration_quantile_factor,
+)
 
 HOLDING_PHASES = frozenset({Phase.RUNNING.value, Phase.RESTARTING.value})
 """Phases in which a plan's pods hold their GPUs."""
@@ -154,15 +164,59 @@ def find_usage(ledger: Sequence[PlanUsage], name: str, uid: str | None) -> PlanU
     return next((usage for usage in ledger if _same_plan(usage, name, uid)), None)
 
 
+def quantile_name(confidence: float) -> str:
+    """`p50` for 0.5, `p90`, `p92.5`."""
+    return f"p{confidence * 100:.3g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """The quantile of its GPU-hours a plan is charged: `confidence` (0.5: the estimate)
+    and `factor`, that quantile over the estimate."""
+
+    confidence: float = 0.5
+    factor: float = 1.0
+
+    def gpu_hours(self, plan: Plan) -> float:
+        """What the plan is charged."""
+        return plan.gpu_hours * self.factor
+
+    @property
+    def quantile(self) -> str:
+        """`p50`, `p90`, `p92.5`."""
+        return quantile_name(self.confidence)
+
+    def describe(self, plan: Plan) -> str:
+        """`12,400 GPU-hours at p50 (the estimate)`, `18,600 GPU-hours at p90 (estimate
+        12,400)`."""
+        estimate = (
+            "the estimate" if self.factor == 1.0 else f"estimate {_hours_text(plan.gpu_hours)}"
+        )
+        return f"{_hours_text(self.gpu_hours(plan))} GPU-hours at {self.quantile} ({estimate})"
+
+
+ESTIMATE: Final = Charge()
+"""The charge of the estimate itself (the median of the error model)."""
+
+
+def charge_for(budget: GPUBudgetSpec, spec: TrainingPlanSpec, calibration: Calibration) -> Charge:
+    """The plan's charge: its GPU-hours quantile at the budget's `chargeConfidence` or
+    the plan's `objective.confidence`, whichever is higher."""
+    confidence = max(budget.charge_confidence, spec.objective.confidence_level)
+    return Charge(confidence, duration_quantile_factor(calibration, confidence))
+
+
 def admit(
     ledger: Sequence[PlanUsage],
     *,
     name: str,
     uid: str | None,
     plan: Plan,
+    charge: Charge,
     now: datetime,
 ) -> list[PlanUsage]:
-    """The ledger with the plan admitted (once: a plan already there is left as it is)."""
+    """The ledger with the plan admitted at `charge` (once: a plan already there is left
+    as it is)."""
     if find_usage(ledger, name, uid) is not None:
         return list(ledger)
     entry = PlanUsage(
@@ -170,7 +224,8 @@ def admit(
         uid=uid,
         gpus=plan.gpus,
         projected_gpu_hours=plan.gpu_hours,
-        admitted_gpu_hours=plan.gpu_hours,
+        admitted_gpu_hours=charge.gpu_hours(plan),
+        charged_confidence=charge.confidence,
         admitted_time=now,
     )
     return [*ledger, entry]
@@ -275,6 +330,14 @@ class Verdict:
     """The spec the plan was made from (changed objective when downsized)."""
     exceeded: bool = False
     """Admitted over budget (Warn): the plan's BudgetExceeded condition is True."""
+    charge: Charge = ESTIMATE
+    """The quantile of the plan's GPU-hours the budget charged (or would charge)."""
+
+    @property
+    def charged(self) -> str:
+        """What the admitted plan is charged, e.g. `18,600 GPU-hours at p90 (estimate
+        12,400)`; empty without a plan."""
+        return "" if self.plan is None else self.charge.describe(self.plan)
 
 
 Replan = Callable[[TrainingPlanSpec], Plan]
@@ -292,10 +355,12 @@ class Budget:
     name: str
     spec: GPUBudgetSpec
     summary: BudgetSummary
+    charge: Charge = ESTIMATE
+    """What a plan judged here is charged (`charge_for`)."""
 
     def shortfall(self, plan: Plan) -> str:
         return (
-            f"needs {_hours_text(plan.gpu_hours)} GPU-hours; {self.name} has"
+            f"needs {self.charge.describe(plan)}; {self.name} has"
             f" {_hours_text(max(0.0, self.summary.remaining_gpu_hours))} of"
             f" {_hours_text(self.spec.gpu_hours)} left in the last {self.spec.period}"
         )
@@ -308,7 +373,7 @@ class Budget:
 
     def over(self, plan: Plan) -> tuple[bool, bool]:
         """(over the GPU-hours left, over the concurrent GPU ceiling)."""
-        over_hours = plan.gpu_hours > self.summary.remaining_gpu_hours
+        over_hours = self.charge.gpu_hours(plan) > self.summary.remaining_gpu_hours
         max_gpus = self.spec.max_gpus
         over_gpus = max_gpus is not None and self.summary.gpus_in_use + plan.gpus > max_gpus
         return over_hours, over_gpus
@@ -329,12 +394,12 @@ def _downsized_spec(spec: TrainingPlanSpec, ceiling: int, keep_deadline: bool) -
 
 
 def judge(budget: Budget, spec: TrainingPlanSpec, plan: Plan, replan: Replan) -> Verdict:
-    """Whether `plan` fits the budget, under its enforcement mode. Downsize re-plans
+    """Whether `plan`, at the budget's charge, fits it under its enforcement mode. Downsize re-plans
     under the GPUs left below `maxGPUs` (keeping the deadline if it can, with a warning
     when it cannot) and admits when the result fits."""
     over_hours, over_gpus = budget.over(plan)
     if not over_hours and not over_gpus:
-        return Verdict(True, "", plan=plan, spec=spec)
+        return Verdict(True, "", plan=plan, spec=spec, charge=budget.charge)
     problems = []
     if over_hours:
         problems.append(budget.shortfall(plan))
@@ -343,7 +408,9 @@ def judge(budget: Budget, spec: TrainingPlanSpec, plan: Plan, replan: Replan) ->
     message = "; ".join(problems)
     if budget.spec.enforcement == "Warn":
         warning = f"over budget: {message}"
-        return Verdict(True, message, (warning,), plan=plan, spec=spec, exceeded=True)
+        return Verdict(
+            True, message, (warning,), plan=plan, spec=spec, exceeded=True, charge=budget.charge
+        )
     max_gpus = budget.spec.max_gpus
     if budget.spec.enforcement == "Downsize" and over_gpus and max_gpus is not None:
         free = max_gpus - budget.summary.gpus_in_use
@@ -380,7 +447,14 @@ def _downsize(
                 f"with {smaller.gpus} GPUs the run takes {takes}"
                 + (f", past the deadline of {deadline}" if late else "")
             )
-        return Verdict(True, warnings[0], tuple(warnings), plan=smaller, spec=smaller_spec)
+        return Verdict(
+            True,
+            warnings[0],
+            tuple(warnings),
+            plan=smaller,
+            spec=smaller_spec,
+            charge=budget.charge,
+        )
     detail = "; ".join(errors) or "no plan fits"
     return Verdict(False, f"{message}; no plan fits within {free_gpus} GPUs: {detail}")
 
@@ -394,10 +468,12 @@ def budget_conditions(
     *,
     generation: int | None,
     now: datetime,
+    charge_confidence: float = ESTIMATE.confidence,
 ) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
     """The budget's conditions (Valid; NearlyExhausted: used at 80% of the allowance;
     Exhausted: used at 100%, or, reason Overcommitted, used and committed over it), merged
-    into the current ones, and the Events of the crossings."""
+    into the current ones, and the Events of the crossings. `charge_confidence`: the least
+    quantile plans are charged at, named beside what they commit when above the estimate."""
     percent = summary.used_ratio * 100
     figures = (
         f"{_hours_text(summary.used_gpu_hours)} of {_hours_text(summary.limit_gpu_hours)}"
@@ -406,8 +482,13 @@ def budget_conditions(
     overcommitted = round(summary.remaining_gpu_hours, 3) < 0  # as the status document says
     if overcommitted and summary.committed_gpu_hours > 0:
         figures += (
-            f" and {_hours_text(summary.committed_gpu_hours)} committed:"
-            f" {_hours_text(-summary.remaining_gpu_hours)} over the allowance"
+            f" and {_hours_text(summary.committed_gpu_hours)} committed"
+            + (
+                f" (charged at {quantile_name(charge_confidence)} or above)"
+                if charge_confidence > ESTIMATE.confidence
+                else ""
+            )
+            + f": {_hours_text(-summary.remaining_gpu_hours)} over the allowance"
         )
     exhausted = summary.used_ratio >= 1.0
     levels = (
@@ -461,7 +542,13 @@ def budget_status(
     """The budget's whole status (ledger pruned) for one write, its Events, and figures."""
     kept = prune(spec, ledger, now)
     summary = summarize(spec, kept, now)
-    conditions, events = budget_conditions(summary, current, generation=generation, now=now)
+    conditions, events = budget_conditions(
+        summary,
+        current,
+        generation=generation,
+        now=now,
+        charge_confidence=spec.charge_confidence,
+    )
     status = {
         "usedGPUHours": round(summary.used_gpu_hours, 3),
         "committedGPUHours": round(summary.committed_gpu_hours, 3),

@@ -301,7 +301,9 @@ def within_budget(
         ConditionType.BUDGET_EXCEEDED,
         "True" if verdict.exceeded else "False",
         "OverBudget" if verdict.exceeded else "WithinBudget",
-        verdict.message if verdict.exceeded else f"admitted by GPUBudget {budget_name}",
+        verdict.message
+        if verdict.exceeded
+        else f"admitted by GPUBudget {budget_name}, charged {verdict.charged}",
         now=now,
         generation=generation,
     )
@@ -309,8 +311,10 @@ def within_budget(
         **decision.status,
         "conditions": merge_conditions(decision.status.get("conditions"), [exceeded]),
     }
-    message = f"{decision.event_message}; GPUBudget {budget_name}: " + (
-        "; ".join(verdict.warnings) or "admitted"
+    message = (
+        f"{decision.event_message}; GPUBudget {budget_name}: "
+        + ("; ".join(verdict.warnings) or "admitted")
+        + f", charged {verdict.charged}"
     )
     return LaunchDecision(
         decision.objects, status, decision.accepted, decision.event_reason, message

@@ -94,9 +94,11 @@ GPU_BUDGET_COLUMNS: Final = (
     _column("Used", ".status.usedGPUHours", "number"),
     _column("Committed", ".status.committedGPUHours", "number"),
     _column("Remaining", ".status.remainingGPUHours", "number"),
+    _column("Charged-At", ".spec.chargeConfidence", "number"),
     _AGE,
 )
-"""`kubectl get gpubudgets`: the allowance, GPU-hours used, committed and left, age."""
+"""`kubectl get gpubudgets`: the allowance, GPU-hours used, committed and left, the least
+quantile plans are charged at (0.5: the estimate), age."""
 
 
 def _rule(rule: str, message: str, *, reason: str | None = None) -> dict[str, str]:
