@@ -21,6 +21,7 @@ from trainplan.api import (
     PlanUsage,
     TrainingPlanSpec,
     UsageInterval,
+    format_duration,
 )
 from trainplan.controller.budgets import (
     ESTIMATE,
@@ -82,8 +83,13 @@ def _spec(**changes: Any) -> TrainingPlanSpec:
 
 @pytest.fixture(scope="module")
 def base_plan(catalog: Catalog) -> Plan:
-    """8 GPUs, about 10.1 GPU-hours (1h 16m)."""
+    """8 GPUs, more than 9 GPU-hours (about an hour and a quarter)."""
     return plan(_spec(), catalog)
+
+
+def _needs(planned: Plan) -> str:
+    """What a refusal at the estimate says the plan needs."""
+    return f"needs {planned.gpu_hours:,.0f} GPU-hours at p50 (the estimate)"
 
 
 def _planned(base: Plan, *, gpus: int | None = None, gpu_hours: float) -> Plan:
@@ -740,10 +746,7 @@ def test_reject_counts_committed_hours_of_running_plans(base_plan: Plan) -> None
     budget = _budget(spec, [running])
     assert budget.summary.remaining_gpu_hours == pytest.approx(4)
     verdict = judge(budget, _spec(), base_plan, _no_replan)
-    assert (
-        verdict.message
-        == "needs 11 GPU-hours at p50 (the estimate); team-a has 4 of 100 left in the last 7d"
-    )
+    assert verdict.message == f"{_needs(base_plan)}; team-a has 4 of 100 left in the last 7d"
 
 
 def test_remaining_below_zero_reads_as_none_left(base_plan: Plan) -> None:
@@ -776,7 +779,7 @@ def test_reject_with_both_problems_names_both(base_plan: Plan) -> None:
     budget = _budget(GPUBudgetSpec(gpu_hours=100, max_gpus=8), [_holding(4), _spent(95)])
     verdict = judge(budget, _spec(), base_plan, _no_replan)
     assert verdict.message == (
-        "needs 11 GPU-hours at p50 (the estimate); team-a has 5 of 100 left in the last 30d;"
+        f"{_needs(base_plan)}; team-a has 5 of 100 left in the last 30d;"
         " needs 8 GPUs at once; team-a allows 8 and 4 are in use"
     )
 
@@ -872,7 +875,8 @@ def test_downsize_warns_when_the_deadline_is_then_missed(catalog: Catalog) -> No
     assert verdict.warnings == (
         "downsized to 8 GPUs to fit team-a"
         " (needs 16 GPUs at once; team-a allows 16 and 8 are in use)",
-        "with 8 GPUs the run takes 1h 26m, past the deadline of 1h",
+        f"with 8 GPUs the run takes {format_duration(verdict.plan.duration_seconds)}, past the"
+        " deadline of 1h",
     )
     # First with the deadline kept (infeasible within 8 GPUs), then without it.
     assert [s.objective.deadline for s in replan.calls] == ["1h", None]
@@ -905,14 +909,17 @@ def test_downsize_denies_when_the_smaller_plan_still_exceeds_the_hours(
     base_plan: Plan, catalog: Catalog
 ) -> None:
     budget = _budget(GPUBudgetSpec(gpu_hours=9, max_gpus=8, enforcement="Downsize"), [_holding(4)])
-    verdict = judge(budget, _spec(), base_plan, _Replan(catalog))
+    replan = _Replan(catalog)
+    verdict = judge(budget, _spec(), base_plan, replan)
     assert not verdict.allowed
     assert verdict.plan is None
+    (smaller_spec,) = replan.calls
+    smaller = plan(smaller_spec, catalog)
+    assert smaller.gpus == 4
     assert verdict.message == (
-        "needs 11 GPU-hours at p50 (the estimate); team-a has 9 of 9 left in the last 30d;"
+        f"{_needs(base_plan)}; team-a has 9 of 9 left in the last 30d;"
         " needs 8 GPUs at once; team-a allows 8 and 4 are in use;"
-        " downsized to 4 GPUs it needs 11 GPU-hours at p50 (the estimate); team-a has 9 of 9"
-        " left in the last 30d"
+        f" downsized to 4 GPUs it {_needs(smaller)}; team-a has 9 of 9 left in the last 30d"
     )
 
 
@@ -981,17 +988,14 @@ def test_downsize_over_hours_alone_is_denied_without_replanning(base_plan: Plan)
     )
     verdict = judge(budget, _spec(), base_plan, _no_replan)
     assert not verdict.allowed
-    assert (
-        verdict.message
-        == "needs 11 GPU-hours at p50 (the estimate); team-a has 5 of 100 left in the last 30d"
-    )
+    assert verdict.message == f"{_needs(base_plan)}; team-a has 5 of 100 left in the last 30d"
 
 
 def test_downsize_without_a_ceiling_is_denied_without_replanning(base_plan: Plan) -> None:
     budget = _budget(GPUBudgetSpec(gpu_hours=5, enforcement="Downsize"))
     verdict = judge(budget, _spec(), base_plan, _no_replan)
     assert not verdict.allowed
-    assert verdict.message.startswith("needs 11 GPU-hours at p50 (the estimate); team-a has 5 of 5")
+    assert verdict.message.startswith(f"{_needs(base_plan)}; team-a has 5 of 5")
 
 
 # --- the charge: a quantile of the plan's GPU-hours -------------------------------------------

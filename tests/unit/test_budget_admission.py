@@ -202,7 +202,7 @@ def api(fake: FakeApi) -> KubernetesApi:
 
 @pytest.fixture(scope="module")
 def needs(catalog: Catalog) -> float:
-    """GPU-hours the test plan is projected to use (8 GPUs, about 10.1)."""
+    """GPU-hours the test plan is projected to use (8 GPUs, between 7.5 and 15)."""
     return plan(TrainingPlanSpec.model_validate(SPEC), catalog).gpu_hours
 
 
@@ -433,9 +433,9 @@ async def test_verdict_for_an_admitted_plan_is_the_same_as_before(
     assert again.plan.gpu_hours == pytest.approx(needs)
     other = verdict_for(body, name="other", uid="uid-other", spec=_spec(), catalog=catalog, now=T0)
     assert not other.allowed
-    assert (
-        other.message
-        == "needs 11 GPU-hours at p50 (the estimate); team-a has 4 of 15 left in the last 30d"
+    assert other.message == (
+        f"needs {needs:,.0f} GPU-hours at p50 (the estimate); team-a has {15 - needs:,.0f} of 15"
+        " left in the last 30d"
     )
 
 
@@ -558,14 +558,15 @@ async def test_reserve_for_a_recreated_plan_adds_a_second_entry(
 
 
 async def test_reserve_denied_writes_nothing(
-    fake: FakeApi, api: KubernetesApi, catalog: Catalog
+    fake: FakeApi, api: KubernetesApi, catalog: Catalog, needs: float
 ) -> None:
     fake.put(_budget({"gpuHours": 5}))
     reservation = await _reserve(api, catalog, "train")
     assert reservation is not None
     assert not reservation.verdict.allowed
     assert reservation.verdict.message == (
-        "needs 11 GPU-hours at p50 (the estimate); team-a has 5 of 5 left in the last 30d"
+        f"needs {needs:,.0f} GPU-hours at p50 (the estimate); team-a has 5 of 5 left in the"
+        " last 30d"
     )
     assert reservation.written is None
     assert fake.writes == []
@@ -657,7 +658,7 @@ async def test_reserve_downsize_records_the_smaller_plan(
 
 
 async def test_two_reservations_racing_for_one_remainder(
-    fake: FakeApi, api: KubernetesApi, catalog: Catalog
+    fake: FakeApi, api: KubernetesApi, catalog: Catalog, needs: float
 ) -> None:
     """ "a" judges the budget as it was; before its write lands, "b" reserves the same
     remainder. "a"'s write onto the old version is refused; it reads again and is denied."""
@@ -676,9 +677,9 @@ async def test_two_reservations_racing_for_one_remainder(
     assert b.written is not None
     assert a is not None
     assert not a.verdict.allowed
-    assert (
-        a.verdict.message
-        == "needs 11 GPU-hours at p50 (the estimate); team-a has 4 of 15 left in the last 30d"
+    assert a.verdict.message == (
+        f"needs {needs:,.0f} GPU-hours at p50 (the estimate); team-a has {15 - needs:,.0f} of 15"
+        " left in the last 30d"
     )
     assert a.written is None
     assert [(w.name, w.applied) for w in fake.writes] == [("team-a", True), ("team-a", False)]
