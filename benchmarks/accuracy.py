@@ -192,10 +192,14 @@ def run_gpu_hours_of(
 ) -> float:
     """GPU-hours of `row` on `choice`'s layout: steady steps, the whole-run goodput
     (`calibration.run_goodput` unless given) and the failure model
-    (`reliability.estimate_reliability`)."""
+    (`reliability.estimate_reliability`). A run whose source counted steady steps only
+    (`hours_basis` "steps": logged iteration time or steady throughput) is priced the same
+    way: steps x step time, no goodput and no failures."""
     if choice is None or choice.step is None:
         return math.inf
     run = run_settings(row, calibration)
+    if row.hours_basis == "steps":
+        return choice.step.step_seconds * run.total_steps * choice.layout.gpus / 3600.0
     goodput = calibration.run_goodput if goodput is None else goodput
     reliability = estimate_reliability(
         compute_seconds=choice.step.step_seconds * run.total_steps,

@@ -133,12 +133,13 @@ def fit_goodput(
     catalog: Catalog, calibration: Calibration, held_out_groups: frozenset[str] = frozenset()
 ) -> float:
     """The whole-run goodput minimising the sum of absolute log errors of GPU-hours over
-    the rows of `published_runs.csv` outside `held_out_groups` (their median, in effect:
+    the rows of `published_runs.csv` outside `held_out_groups` that count elapsed time
+    (rows counting steady steps only carry no overhead to fit) (their median, in effect:
     robust to rows whose steady step time is off, which goodput must not absorb). The
     step-time constants stay as given; rows with no feasible layout are skipped."""
     pairs: list[tuple[RunRow, Any]] = []
     for row in run_rows(catalog):
-        if row.group in held_out_groups:
+        if row.group in held_out_groups or row.hours_basis == "steps":
             continue
         choice = run_choice(row, calibration)
         if choice is not None:

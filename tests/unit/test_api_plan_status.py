@@ -204,7 +204,13 @@ def budget_document() -> dict[str, Any]:
         "apiVersion": API_VERSION,
         "kind": "GPUBudget",
         "metadata": {"name": "team-a", "namespace": "team-a"},
-        "spec": {"gpuHours": 100_000.0, "period": "30d", "maxGPUs": 4096, "enforcement": "Warn"},
+        "spec": {
+            "gpuHours": 100_000.0,
+            "period": "30d",
+            "maxGPUs": 4096,
+            "enforcement": "Warn",
+            "chargeConfidence": 0.9,
+        },
         "status": {
             "usedGPUHours": 2048.0,
             "committedGPUHours": 50_000.0,
@@ -470,9 +476,17 @@ def test_budget_names_and_rules() -> None:
     spec = GPUBudgetSpec.model_validate({"gpuHours": 10})
     assert spec.period == "30d"
     assert spec.enforcement == "Reject"
-    assert spec.to_document() == {"gpuHours": 10.0, "period": "30d", "enforcement": "Reject"}
+    assert spec.charge_confidence == 0.5
+    assert spec.to_document() == {
+        "gpuHours": 10.0,
+        "period": "30d",
+        "enforcement": "Reject",
+        "chargeConfidence": 0.5,
+    }
     for bad in (
         {"gpuHours": 0},
+        {"gpuHours": 1, "chargeConfidence": 0.49},
+        {"gpuHours": 1, "chargeConfidence": 0.96},
         {"gpuHours": 1, "period": "1 month"},
         {"gpuHours": 1, "maxGPUs": 0},
     ):
