@@ -43,6 +43,8 @@ trained model, small enough that every product of them stays exact."""
 _BATCH_MAX = 1 << 24
 """Sequences per step: at most 2^24 (a 16.7M-sequence batch; published runs use < 2^14)."""
 _GPUS_MAX = 1_000_000
+_NETWORK_GBPS_MAX: Final = 100_000.0
+"""Cap on a node's network, in Gb/s (100 Tb/s: an order of magnitude above today's nodes)."""
 """GPU counts and parallel degrees: at most a million."""
 _WEEK_SECONDS = 7 * 86_400.0
 
@@ -181,6 +183,17 @@ class HardwareSpec(ApiModel):
         description="Catalog GPU name.",
     )
     gpus_per_node: int = Field(8, ge=1, le=16, description="GPUs per node.")
+    network_gbps_per_node: float | None = Field(
+        None,
+        gt=0,
+        le=_NETWORK_GBPS_MAX,
+        alias="networkGbpsPerNode",
+        description=(
+            "The node's inter-node bandwidth for training traffic, in gigabits per second,"
+            " all its ports together (e.g. 3200 for 8 x 400 Gb/s, 400 for 4 x 100 Gb/s);"
+            " default: the catalog GPU's reference network x gpusPerNode."
+        ),
+    )
 
 
 class ObjectiveSpec(ApiModel):

@@ -129,6 +129,13 @@ def explain(
         f" {format_duration(max(0.0, reliability.duration_seconds - compute))}:"
         f" {format_duration(reliability.duration_seconds)} and {choice.gpu_hours:,.0f} GPU-hours."
     )
+    if spec.hardware.network_gbps_per_node is not None:
+        per_gpu = workload.gpu.network_bandwidth_bytes_per_second
+        lines.append(
+            f"Network: {spec.hardware.network_gbps_per_node:,g} Gb/s per node"
+            f" (hardware.networkGbpsPerNode), {per_gpu / 1e9:,.2f} GB/s per GPU for"
+            " collectives and transfers between nodes."
+        )
     if spec.reliability.checkpoint_interval_steps is not None:
         lines.append(
             f"Checkpoint every {format_count(reliability.checkpoint_interval_steps, 'step')}"

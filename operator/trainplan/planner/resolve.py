@@ -8,7 +8,7 @@ resolved shape (the API models can only check them against explicit fields).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainplan.api import TrainingPlanSpec
 from trainplan.planner.catalog import (
@@ -230,6 +230,11 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
         problems.append(("objective", "give gpus, deadline or maxGPUs"))
     if problems or gpu is None or shape is None:
         raise PlanInputError(problems)
+    network_gbps = spec.hardware.network_gbps_per_node
+    if network_gbps is not None:
+        # The catalog's figure is per GPU (one port each on its reference system).
+        per_gpu = network_gbps * 1e9 / 8 / spec.hardware.gpus_per_node
+        gpu = replace(gpu, network_bandwidth_bytes_per_second=per_gpu)
 
     workload = Workload(
         shape=shape,
