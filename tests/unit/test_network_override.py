@@ -52,7 +52,8 @@ def test_the_node_network_is_shared_by_its_gpus(catalog: Catalog) -> None:
 def test_a_slower_network_exposes_zero3_gathers_across_nodes(catalog: Catalog) -> None:
     fast = plan(_spec(), catalog)
     slow = plan(_spec(networkGbpsPerNode=400), catalog)
-    assert fast.step_breakdown is not None and slow.step_breakdown is not None
+    assert fast.step_breakdown is not None
+    assert slow.step_breakdown is not None
     assert slow.step_breakdown.data_comm_seconds > fast.step_breakdown.data_comm_seconds
     assert slow.step_seconds > fast.step_seconds
     assert slow.gpu_hours > fast.gpu_hours
