@@ -690,3 +690,24 @@ def test_console_script_in_a_subprocess(tmp_path: Path, catalog: Catalog) -> Non
         "reasons": ["(root): expected a mapping, got list"],
     }
     assert completed.stderr.splitlines() == [f"{invalid}: (root): expected a mapping, got list"]
+
+
+def test_ctrl_c_before_a_command_handles_signals_exits_130(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while a subcommand's modules import (before it installs its own handlers)
+    ends with one line and the shell's status for SIGINT, not click's "Aborted!"."""
+    import click
+
+    import trainplan.cli.main as cli_main
+
+    @click.command()
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_main, "load_command", lambda name: interrupted)
+    monkeypatch.setattr(cli_main.main, "commands", {})  # forget commands loaded earlier
+    result = CliRunner().invoke(cli_main.main, ["plan"])
+    assert result.exit_code == cli_main.INTERRUPTED_EXIT_CODE == 130
+    assert result.stderr.strip() == "trainplan: interrupted"
+    assert "Aborted" not in result.output

@@ -1,4 +1,5 @@
-"""`trainplan` entry point. Exit codes: 0 success, 2 invalid input, 3 no feasible plan.
+"""`trainplan` entry point. Exit codes: 0 success, 2 invalid input, 3 no feasible plan,
+130 interrupted (Ctrl-C).
 
 Each subcommand lives in its own module, imported only when that command runs (or its
 own help is asked for), so that a command pays only for what it uses: `plan` never
@@ -13,6 +14,9 @@ import importlib
 from typing import NamedTuple
 
 import click
+
+INTERRUPTED_EXIT_CODE = 130
+"""Exit status after Ctrl-C: 128 + SIGINT, the shell's convention."""
 
 
 class LazyCommand(NamedTuple):
@@ -82,6 +86,16 @@ class LazyGroup(click.Group):
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             self.add_command(load_command(cmd_name), cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the subcommand; Ctrl-C before it handles signals itself (while its modules
+        import, say) ends with one line and status 130, as `run` does, not click's
+        "Aborted!" and status 1."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("trainplan: interrupted", err=True)
+            ctx.exit(INTERRUPTED_EXIT_CODE)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         limit = formatter.width - 6 - max(len(name) for name in self.list_commands(ctx))
