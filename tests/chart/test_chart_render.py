@@ -495,6 +495,7 @@ def test_the_charts_crds_are_the_committed_ones() -> None:
 def test_crds_render_as_committed_and_are_kept_on_uninstall() -> None:
     rendered = objects(render({}), "CustomResourceDefinition")
     assert sorted(crd["metadata"]["name"] for crd in rendered) == [
+        "clustercalibrations.trainplan.dev",
         "gpubudgets.trainplan.dev",
         "trainingplans.trainplan.dev",
     ]

@@ -65,7 +65,11 @@ from tests.contract.crd_schema import (
 from trainplan.api import GPUBudget, TrainingPlan, TrainingPlanStatus
 from trainplan.crdgen import IMMUTABLE_AFTER_LAUNCH
 
-PLURALS: Final = {"TrainingPlan": "trainingplans", "GPUBudget": "gpubudgets"}
+PLURALS: Final = {
+    "TrainingPlan": "trainingplans",
+    "GPUBudget": "gpubudgets",
+    "ClusterCalibration": "clustercalibrations",
+}
 MODELS: Final = {"trainingplans": TrainingPlan, "gpubudgets": GPUBudget}
 REASONS: Final = {
     "FieldValueInvalid",

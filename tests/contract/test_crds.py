@@ -36,7 +36,7 @@ KUBERNETES_VERSION: Final = "1.30.0"
 OLDEST_KUBERNETES_VERSION: Final = "1.28.0"
 """The first release whose CRD validation rules have `reason` and `fieldPath` (docs/crds.md)."""
 
-PLURALS: Final = ("trainingplans", "gpubudgets")
+PLURALS: Final = ("trainingplans", "gpubudgets", "clustercalibrations")
 MINIMAL_SPEC: Final[Mapping[str, Any]] = {
     "model": {"preset": "pythia-1b"},
     "data": {"tokens": 1e9},
@@ -175,6 +175,7 @@ def crd(request: pytest.FixtureRequest) -> dict[str, Any]:
 def test_committed_crds_are_current() -> None:
     rendered = render_crd_files()
     assert sorted(rendered) == [
+        "clustercalibrations.trainplan.dev.yaml",
         "gpubudgets.trainplan.dev.yaml",
         "trainingplans.trainplan.dev.yaml",
     ]

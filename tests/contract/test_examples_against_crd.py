@@ -33,6 +33,7 @@ from trainplan.api import (
     parse_duration_seconds,
 )
 from trainplan.planner import load_catalog, plan
+from trainplan.planner.cluster_fit import ClusterEvidence, RunRecord, fit_cluster
 
 EXAMPLES_DIR: Final = REPO_ROOT / "deploy" / "examples"
 EXAMPLES: Final = sorted(EXAMPLES_DIR.rglob("*.yaml"))
@@ -254,7 +255,14 @@ def full_status() -> TrainingPlanStatus:
     resource = TrainingPlan.model_validate(
         load(REPO_ROOT / "deploy" / "examples" / "llama2-70b-pinned.yaml")
     )
-    chosen = plan(resource.spec, load_catalog())
+    catalog = load_catalog()
+    record = RunRecord(
+        planned_step_seconds=10.0, measured_step_seconds=11.0, gpu_hours=1e5, interruptions=4
+    )
+    cluster = ClusterEvidence(
+        "a100-east", 3, "A100-SXM4-80GB", fit_cluster([record], catalog.calibration)
+    )
+    chosen = plan(resource.spec, catalog, cluster=cluster)
     layout = chosen.layout
     return TrainingPlanStatus(
         phase=Phase.RUNNING,

@@ -63,7 +63,9 @@ DESIGN_STEP_KEYS = {
     "optimizerSeconds",
 }  # fmt: skip
 DESIGN_RELIABILITY_KEYS = {"expectedInterruptions", "checkpointIntervalSteps", "restartSeconds"}
-ADDED_PLAN_KEYS = {"parameters", "stepSecondsRange", "durationSecondsRange", "gpuHoursRange"}
+ADDED_PLAN_KEYS = {
+    "parameters", "stepSecondsRange", "durationSecondsRange", "gpuHoursRange", "calibration",
+}  # fmt: skip
 """Optional: plans stored before it was added lack it."""
 ADDED_LAYOUT_KEYS = {"virtualPipelineStages", "sequenceParallel"}
 ADDED_MEMORY_KEYS = {"logitsBytes"}

@@ -1,4 +1,5 @@
-"""trainplan.api: pydantic models of the TrainingPlan and GPUBudget custom resources.
+"""trainplan.api: pydantic models of the TrainingPlan, GPUBudget and ClusterCalibration
+custom resources.
 
 Spec, status, the plan, conditions, durations, and the group, kind and label constants.
 Attributes are snake_case; documents use the camelCase names of the API contract.
@@ -15,6 +16,12 @@ from trainplan.api.budget import (
     PlanUsage,
     UsageInterval,
 )
+from trainplan.api.cluster_calibration import (
+    CalibrationRecord,
+    ClusterCalibration,
+    ClusterCalibrationSpec,
+    ClusterCalibrationStatus,
+)
 from trainplan.api.constants import (
     API_VERSION,
     APP_COMPONENT_LABEL,
@@ -22,6 +29,9 @@ from trainplan.api.constants import (
     APP_MANAGED_BY_LABEL,
     APP_NAME_LABEL,
     APP_PART_OF_LABEL,
+    CLUSTER_CALIBRATION_KIND,
+    CLUSTER_CALIBRATION_PLURAL,
+    CLUSTER_CALIBRATION_SHORT_NAMES,
     GPU_BUDGET_KIND,
     GPU_BUDGET_PLURAL,
     GROUP,
@@ -39,6 +49,7 @@ from trainplan.api.plan import (
     MemoryBreakdown,
     PercentileRange,
     Plan,
+    PlanCalibration,
     PlanLayout,
     PlanReliability,
     StepBreakdown,
@@ -89,6 +100,9 @@ __all__ = [
     "APP_MANAGED_BY_LABEL",
     "APP_NAME_LABEL",
     "APP_PART_OF_LABEL",
+    "CLUSTER_CALIBRATION_KIND",
+    "CLUSTER_CALIBRATION_PLURAL",
+    "CLUSTER_CALIBRATION_SHORT_NAMES",
     "DEFAULT_COMMAND",
     "FINISHED_PHASES",
     "GPU_BUDGET_KIND",
@@ -105,6 +119,10 @@ __all__ = [
     "ApiModel",
     "BatchSpec",
     "BudgetConditionType",
+    "CalibrationRecord",
+    "ClusterCalibration",
+    "ClusterCalibrationSpec",
+    "ClusterCalibrationStatus",
     "CompletionRange",
     "Condition",
     "ConditionType",
@@ -128,6 +146,7 @@ __all__ = [
     "PercentileRange",
     "Phase",
     "Plan",
+    "PlanCalibration",
     "PlanLayout",
     "PlanReliability",
     "PlanUsage",

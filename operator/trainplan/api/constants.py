@@ -16,6 +16,10 @@ TRAINING_PLAN_SHORT_NAMES: Final = ("tp",)
 GPU_BUDGET_KIND: Final = "GPUBudget"
 GPU_BUDGET_PLURAL: Final = "gpubudgets"
 
+CLUSTER_CALIBRATION_KIND: Final = "ClusterCalibration"
+CLUSTER_CALIBRATION_PLURAL: Final = "clustercalibrations"
+CLUSTER_CALIBRATION_SHORT_NAMES: Final = ("ccal",)
+
 PLAN_LABEL: Final = "trainplan.dev/plan"
 """Label on every object created for a TrainingPlan; its value is the plan's name."""
 

@@ -136,6 +136,22 @@ class PercentileRange(ApiModel):
     p90: float = Field(ge=0, description="90th percentile.")
 
 
+class PlanCalibration(ApiModel):
+    """The ClusterCalibration whose records corrected a plan."""
+
+    name: str = Field(min_length=1, max_length=253, description="Its metadata.name.")
+    generation: int = Field(ge=0, description="Its metadata.generation when planned.")
+    runs: int = Field(ge=0, description="Finished runs the corrections rest on.")
+    step_seconds_factor: float = Field(
+        gt=0, description="Measured / planned step time applied to the plan."
+    )
+    interruptions_per_gpu_hour: float = Field(
+        ge=0,
+        alias="interruptionsPerGPUHour",
+        description="The cluster's fitted interruption rate the plan used.",
+    )
+
+
 class Plan(ApiModel):
     """The chosen plan."""
 
@@ -184,6 +200,9 @@ class Plan(ApiModel):
     )
     alternatives: tuple[Alternative, ...] = Field((), description="Runner-up plans.")
     explanation: tuple[str, ...] = Field((), description="Why this plan, line by line.")
+    calibration: PlanCalibration | None = Field(
+        None, description="The ClusterCalibration that corrected the plan, if any."
+    )
 
     @model_validator(mode="after")
     def _check_gpus(self) -> Self:

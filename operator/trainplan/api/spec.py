@@ -183,6 +183,15 @@ class HardwareSpec(ApiModel):
         description="Catalog GPU name.",
     )
     gpus_per_node: int = Field(8, ge=1, le=16, description="GPUs per node.")
+    calibration: str | None = Field(
+        None,
+        max_length=_NAME_MAX_LENGTH,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description=(
+            "The ClusterCalibration whose finished runs correct the plan, or none to plan"
+            " from the published constants alone."
+        ),
+    )
     network_gbps_per_node: float | None = Field(
         None,
         gt=0,

@@ -22,6 +22,7 @@ from typing import Any, Final
 from trainplan.api import Plan, TrainingPlanSpec
 from trainplan.cli.inputs import PlanInput, read_plan_inputs
 from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
+from trainplan.planner.cluster_fit import ClusterEvidence
 
 EXIT_OK: Final = 0
 EXIT_INVALID: Final = 2
@@ -92,9 +93,13 @@ def report_field_problems(
 
 
 def plan_outcomes(
-    files: Iterable[Path], catalog: Catalog, report: Report
+    files: Iterable[Path],
+    catalog: Catalog,
+    report: Report,
+    cluster: ClusterEvidence | None = None,
 ) -> tuple[list[PlanOutcome], int]:
-    """What became of every document of `files`, in order, and the exit status.
+    """What became of every document of `files`, in order, and the exit status; with
+    `cluster`, each plan is corrected by that ClusterCalibration (`plan(cluster=)`).
 
     Unreadable files, invalid documents, input errors and infeasible specs are also
     reported through `report`, one line each, prefixed with the file.
@@ -114,7 +119,7 @@ def plan_outcomes(
                 )
                 continue
             try:
-                result = plan(item.spec, catalog)
+                result = plan(item.spec, catalog, cluster=cluster)
             except PlanInputError as error:
                 report_field_problems(item, error.problems, report)
                 status = worse_status(status, EXIT_INVALID)

@@ -10,7 +10,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from trainplan.api import TrainingPlanSpec, format_validation_errors, parse_training_plan_spec
+from trainplan.api import (
+    ClusterCalibration,
+    TrainingPlanSpec,
+    format_validation_errors,
+    parse_training_plan_spec,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,22 +122,45 @@ def _documents(path: Path) -> list[Any]:
     return [document for document in loaded if document is not None]
 
 
-def read_plan_inputs(path: Path) -> list[PlanInput]:
-    """Every TrainingPlan document in `path`; unreadable files yield one problem."""
-    label = str(path)
+def _load(path: Path) -> tuple[list[Any], str | None]:
+    """The documents of `path`, or none and why it cannot be read."""
     try:
         documents = _documents(path)
     except OSError as error:
-        return [PlanInput(label, path.stem, None, (f"cannot read: {error.strerror}",))]
+        return [], f"cannot read: {error.strerror}"
     except _FileTooLargeError:
-        problem = f"larger than {MAX_PLAN_FILE_BYTES} bytes; a plan file is a few KiB"
-        return [PlanInput(label, path.stem, None, (problem,))]
+        return [], f"larger than {MAX_PLAN_FILE_BYTES} bytes"
     except UnicodeDecodeError:
-        return [PlanInput(label, path.stem, None, ("not a text file (UTF-8 expected)",))]
+        return [], "not a text file (UTF-8 expected)"
     except yaml.YAMLError as error:
-        return [PlanInput(label, path.stem, None, (f"not YAML or JSON: {_one_line(error)}",))]
+        return [], f"not YAML or JSON: {_one_line(error)}"
     if not documents:
-        return [PlanInput(label, path.stem, None, ("no document in file",))]
+        return [], "no document in file"
+    return documents, None
+
+
+def read_cluster_calibration(path: Path) -> tuple[ClusterCalibration | None, tuple[str, ...]]:
+    """The one ClusterCalibration resource in `path`, or None and one line per problem
+    (field paths as `status.records[0].gpuHours: ...`)."""
+    documents, problem = _load(path)
+    if problem is not None:
+        return None, (problem,)
+    if len(documents) != 1 or not isinstance(documents[0], dict):
+        return None, ("expected one ClusterCalibration document",)
+    try:
+        return ClusterCalibration.model_validate(documents[0]), ()
+    except ValidationError as error:
+        return None, tuple(format_validation_errors(error))
+
+
+def read_plan_inputs(path: Path) -> list[PlanInput]:
+    """Every TrainingPlan document in `path`; unreadable files yield one problem."""
+    label = str(path)
+    documents, problem = _load(path)
+    if problem is not None:
+        if problem.startswith("larger than"):
+            problem += "; a plan file is a few KiB"
+        return [PlanInput(label, path.stem, None, (problem,))]
     inputs = []
     for index, document in enumerate(documents):
         where = label if len(documents) == 1 else f"{label}[{index}]"

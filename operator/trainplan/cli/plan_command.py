@@ -19,9 +19,11 @@ import click
 import yaml
 from rich.console import Console
 
-from trainplan.cli.common import plan_outcomes
+from trainplan.cli.common import EXIT_INVALID, plan_outcomes
+from trainplan.cli.inputs import read_cluster_calibration
 from trainplan.cli.table import print_plan_table
 from trainplan.planner import load_catalog
+from trainplan.planner.cluster_fit import cluster_evidence
 
 
 @click.command("plan")
@@ -38,7 +40,18 @@ from trainplan.planner import load_catalog
         "object for one file of one document, else a list."
     ),
 )
-def command(files: tuple[Path, ...], output: str) -> None:
+@click.option(
+    "--calibration",
+    "calibration_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help=(
+        "A ClusterCalibration resource (YAML or JSON) whose finished runs correct every plan:"
+        " step time and its range, failure rate, restart cost (a spec with"
+        " hardware.calibration: none is planned without it)."
+    ),
+)
+def command(files: tuple[Path, ...], output: str, calibration_file: Path | None) -> None:
     """Plan each TrainingPlan in FILES (whole resources or bare specs, YAML or JSON).
 
     Exit status: 0 when every file has a plan, 2 when any input is invalid (each problem
@@ -46,7 +59,17 @@ def command(files: tuple[Path, ...], output: str) -> None:
     """
     catalog = load_catalog()
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
-    outcomes, status = plan_outcomes(files, catalog, lambda line: errors.print(line, markup=False))
+    cluster = None
+    if calibration_file is not None:
+        resource, problems = read_cluster_calibration(calibration_file)
+        for problem in problems:
+            errors.print(f"{calibration_file}: {problem}", markup=False)
+        if resource is None:
+            sys.exit(EXIT_INVALID)
+        cluster = cluster_evidence(resource, catalog.calibration)
+    outcomes, status = plan_outcomes(
+        files, catalog, lambda line: errors.print(line, markup=False), cluster
+    )
     if output == "table":
         console = Console()
         for outcome in outcomes:

@@ -1,4 +1,5 @@
-"""The TrainingPlan and GPUBudget CustomResourceDefinitions (apiextensions.k8s.io/v1).
+"""The TrainingPlan, GPUBudget and ClusterCalibration CustomResourceDefinitions
+(apiextensions.k8s.io/v1).
 
 Built from the pydantic models of `trainplan.api` by `structural_schema`, plus what only a
 CRD has: names, printer columns, the status subresource, list types, and CEL validation
@@ -20,6 +21,9 @@ from pydantic import BaseModel
 from trainplan.api import (
     APP_NAME_LABEL,
     APP_PART_OF_LABEL,
+    CLUSTER_CALIBRATION_KIND,
+    CLUSTER_CALIBRATION_PLURAL,
+    CLUSTER_CALIBRATION_SHORT_NAMES,
     GPU_BUDGET_KIND,
     GPU_BUDGET_PLURAL,
     GROUP,
@@ -27,6 +31,9 @@ from trainplan.api import (
     TRAINING_PLAN_PLURAL,
     TRAINING_PLAN_SHORT_NAMES,
     VERSION,
+    ClusterCalibration,
+    ClusterCalibrationSpec,
+    ClusterCalibrationStatus,
     GPUBudget,
     GPUBudgetSpec,
     GPUBudgetStatus,
@@ -38,11 +45,13 @@ from trainplan.crdgen.schema import StructuralSchemaError, structural_schema
 
 __all__ = [
     "CATEGORY",
+    "CLUSTER_CALIBRATION_COLUMNS",
     "GPU_BUDGET_COLUMNS",
     "GPU_BUDGET_SHORT_NAMES",
     "IMMUTABLE_AFTER_LAUNCH",
     "TRAINING_PLAN_COLUMNS",
     "all_crds",
+    "cluster_calibration_crd",
     "crd_name",
     "gpu_budget_crd",
     "training_plan_crd",
@@ -64,6 +73,10 @@ _METADATA_DESCRIPTION: Final = "Standard object metadata."
 _TRAINING_PLAN_DESCRIPTION: Final = (
     "A GPU training run: trainplan plans its GPU count and parallel layout, launches it as a "
     "torchrun job and keeps a failure-aware ETA in its status."
+)
+_CLUSTER_CALIBRATION_DESCRIPTION: Final = (
+    "What a cluster's finished TrainingPlans measured (planned and measured step time,"
+    " interruptions over GPU-hours) and the corrections they support for the next plans."
 )
 _GPU_BUDGET_DESCRIPTION: Final = (
     "A namespace's allowance of GPU-hours per rolling period, and the GPU-hours its "
@@ -99,6 +112,17 @@ GPU_BUDGET_COLUMNS: Final = (
 )
 """`kubectl get gpubudgets`: the allowance, GPU-hours used, committed and left, the least
 quantile plans are charged at (0.5: the estimate), age."""
+
+
+CLUSTER_CALIBRATION_COLUMNS: Final = (
+    _column("GPU", ".spec.gpuType", "string"),
+    _column("Runs", ".status.runs", "integer"),
+    _column("Step-Factor", ".status.stepSecondsFactor", "number"),
+    _column("Interruptions/GPU-h", ".status.interruptionsPerGPUHour", "number"),
+    _AGE,
+)
+"""`kubectl get clustercalibrations`: GPU type, runs, the step-time factor, the failure
+rate, age."""
 
 
 def _rule(rule: str, message: str, *, reason: str | None = None) -> dict[str, str]:
@@ -244,6 +268,7 @@ def _crd(
     short_names: Sequence[str],
     schema: dict[str, Any],
     columns: Sequence[Mapping[str, str]],
+    scope: str = "Namespaced",
 ) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -254,7 +279,7 @@ def _crd(
         },
         "spec": {
             "group": GROUP,
-            "scope": "Namespaced",
+            "scope": scope,
             "names": {
                 "kind": kind,
                 "listKind": f"{kind}List",
@@ -306,6 +331,23 @@ def gpu_budget_crd() -> dict[str, Any]:
     )
 
 
+def cluster_calibration_crd() -> dict[str, Any]:
+    """The ClusterCalibration CRD (cluster-scoped): schema from its Spec/Status, columns."""
+    return _crd(
+        kind=CLUSTER_CALIBRATION_KIND,
+        plural=CLUSTER_CALIBRATION_PLURAL,
+        short_names=CLUSTER_CALIBRATION_SHORT_NAMES,
+        schema=_root_schema(
+            ClusterCalibration,
+            _CLUSTER_CALIBRATION_DESCRIPTION,
+            ClusterCalibrationSpec,
+            ClusterCalibrationStatus,
+        ),
+        columns=CLUSTER_CALIBRATION_COLUMNS,
+        scope="Cluster",
+    )
+
+
 def all_crds() -> list[dict[str, Any]]:
     """Every CRD trainplan defines, TrainingPlan first."""
-    return [training_plan_crd(), gpu_budget_crd()]
+    return [training_plan_crd(), gpu_budget_crd(), cluster_calibration_crd()]

@@ -89,6 +89,9 @@ class Calibration:
     `gpuHoursRange` (the GPU count is the plan's)."""
     gpu_hours_ratio_p90: float = 1.0
     """90th percentile of the same ratio."""
+    step_seconds_factor: float = 1.0
+    """Multiplies every step time: a cluster's measured / planned ratio
+    (`cluster_fit.apply_cluster_fit`), 1 for the published constants."""
 
     def architecture(self, name: str) -> ArchitectureEfficiency:
         """The constants for `name`, or the `default` entry."""
@@ -130,6 +133,7 @@ class _CalibrationDocument(BaseModel):
     step_seconds_ratio_p90: float = Field(default=1.0, ge=1)
     gpu_hours_ratio_p10: float = Field(default=1.0, gt=0, le=1)
     gpu_hours_ratio_p90: float = Field(default=1.0, ge=1)
+    step_seconds_factor: float = Field(default=1.0, gt=0)
 
 
 def calibration_from_mapping(document: Mapping[str, Any]) -> Calibration:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from statistics import NormalDist
 
 from pydantic import ValidationError
@@ -22,10 +23,12 @@ from trainplan.api import (
     PlanReliability,
     StepBreakdown,
     TrainingPlanSpec,
+    format_count,
     format_duration,
 )
 from trainplan.planner.calibration import Calibration
-from trainplan.planner.catalog import Catalog
+from trainplan.planner.catalog import Catalog, UnknownGPUError
+from trainplan.planner.cluster_fit import ClusterEvidence, apply_cluster_fit
 from trainplan.planner.errors import InfeasiblePlanError, PlanInputError
 from trainplan.planner.explain import explain, infeasibility_reasons
 from trainplan.planner.layout import Layout, Workload
@@ -80,14 +83,22 @@ def plan(
     spec: TrainingPlanSpec,
     catalog: Catalog,
     *,
+    cluster: ClusterEvidence | None = None,
     max_layout_evaluations: int = MAX_LAYOUT_EVALUATIONS,
 ) -> Plan:
     """The best plan for `spec`. Raises `PlanInputError` (bad input for this catalog or
     model, or a search wider than `max_layout_evaluations` layouts: the planning-time
     bound) or `InfeasiblePlanError` (no layout works), and nothing else: figures that
     leave the arithmetic's range (an overflow, a plan whose numbers its own API refuses)
-    are a `PlanInputError` of the spec."""
+    are a `PlanInputError` of the spec.
+
+    With `cluster` (a ClusterCalibration's fitted records, `planner.cluster_fit`) the
+    plan's step time, its range, the failure rate and the restart cost are the cluster's,
+    unless the spec opts out (`hardware.calibration: none`); `status.plan.calibration`
+    then names it."""
     try:
+        if cluster is not None and spec.hardware.calibration != "none":
+            return _calibrated_plan(spec, catalog, cluster, max_layout_evaluations)
         return _plan(spec, catalog, max_layout_evaluations)
     except (PlanInputError, InfeasiblePlanError):
         raise
@@ -95,6 +106,52 @@ def plan(
         raise PlanInputError(
             [("spec", f"its figures take the plan out of range ({type(error).__name__})")]
         ) from error
+
+
+def _calibrated_plan(
+    spec: TrainingPlanSpec,
+    catalog: Catalog,
+    cluster: ClusterEvidence,
+    max_layout_evaluations: int,
+) -> Plan:
+    problems = []
+    if spec.hardware.calibration is not None and spec.hardware.calibration != cluster.name:
+        problems.append(
+            (
+                "hardware.calibration",
+                f"names ClusterCalibration {spec.hardware.calibration!r}, not the given"
+                f" {cluster.name!r}",
+            )
+        )
+    try:
+        gpu = catalog.gpu(spec.hardware.gpu_type).name
+        if catalog.gpu(cluster.gpu_type).name != gpu:
+            problems.append(
+                (
+                    "hardware.gpuType",
+                    f"is {gpu}; ClusterCalibration {cluster.name!r} describes {cluster.gpu_type}",
+                )
+            )
+    except UnknownGPUError:
+        pass  # resolve() reports an unknown gpuType; an unknown calibration GPU matches none.
+    if problems:
+        raise PlanInputError(problems)
+    corrected = replace(catalog, calibration=apply_cluster_fit(catalog.calibration, cluster.fit))
+    result = _plan(spec, corrected, max_layout_evaluations)
+    fit = cluster.fit
+    note = (
+        f"Calibrated by ClusterCalibration {cluster.name} ({format_count(fit.runs, 'run')}):"
+        f" step time x {fit.step_seconds_factor:.3f},"
+        f" {fit.interruptions_per_gpu_hour:.3g} interruptions per GPU-hour"
+    )
+    if fit.down_weighted:
+        note += f", {format_count(fit.down_weighted, 'outlier run')} down-weighted"
+    return result.model_copy(
+        update={
+            "calibration": cluster.reference(),
+            "explanation": (*result.explanation, note + "."),
+        }
+    )
 
 
 def _plan(spec: TrainingPlanSpec, catalog: Catalog, max_layout_evaluations: int) -> Plan:

@@ -371,7 +371,8 @@ def duration_lower_bound_seconds(evaluator: Evaluator, gpus: int) -> float:
         arch.gemm_efficiency, arch.flash_attention_efficiency / FLASH_CAUSAL_FRACTION
     )
     rate = gpus * evaluator.peak_flops_per_gpu * fastest_fraction
-    return evaluator.model_flops_per_step * evaluator.run.total_steps / rate
+    seconds = evaluator.model_flops_per_step * evaluator.run.total_steps / rate
+    return seconds * calibration.step_seconds_factor
 
 
 def select_fewest_gpus_for_deadline(

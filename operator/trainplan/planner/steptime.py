@@ -357,11 +357,13 @@ def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> S
         )
     backward_per_micro_batch = split.most * (layer.backward_seconds + recompute)
     data = data_comm_seconds(workload, layout, calibration, backward_per_micro_batch)
+    # A cluster's measured / planned ratio scales every part alike (`planner.cluster_fit`).
+    factor = calibration.step_seconds_factor
     return StepTime(
-        compute_seconds=m * stage_compute,
-        tensor_comm_seconds=m * stage_tensor,
-        pipeline_bubble_seconds=bubble,
-        pipeline_comm_seconds=p2p,
-        data_comm_seconds=data,
-        optimizer_seconds=optimizer_seconds(workload, layout, calibration),
+        compute_seconds=factor * m * stage_compute,
+        tensor_comm_seconds=factor * m * stage_tensor,
+        pipeline_bubble_seconds=factor * bubble,
+        pipeline_comm_seconds=factor * p2p,
+        data_comm_seconds=factor * data,
+        optimizer_seconds=factor * optimizer_seconds(workload, layout, calibration),
     )

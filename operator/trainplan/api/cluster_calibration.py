@@ -1,0 +1,119 @@
+"""The ClusterCalibration resource: what a cluster's finished runs measured, and the
+corrections they support for the next plans (`trainplan.planner.cluster_fit`).
+
+Cluster-scoped, one per GPU type (or per hardware profile a team names). Every figure is
+bounded: records come from pods' metrics and are input, not trusted values.
+
+Pure: pydantic and the standard library only; no I/O.
+"""
+
+from typing import Final, Literal
+
+from pydantic import AwareDatetime, Field
+
+from trainplan.api.base import ApiModel
+from trainplan.api.constants import API_VERSION, CLUSTER_CALIBRATION_KIND
+from trainplan.api.plan import PercentileRange
+from trainplan.api.resources import ObjectMeta
+from trainplan.api.status import MAX_CONDITIONS, Condition
+
+MAX_RECORDS: Final = 1000
+"""Most run records one ClusterCalibration holds (older ones are dropped from the list)."""
+_SECONDS_MAX: Final = 1.0e7
+"""About 116 days: a bound on any measured step, restart or checkpoint time."""
+_GPU_HOURS_MAX: Final = 1.0e12
+_INTERRUPTIONS_MAX: Final = 10_000_000
+_NAME_MAX_LENGTH: Final = 253
+_PLAN_REFERENCE_MAX_LENGTH: Final = 2 * _NAME_MAX_LENGTH + 1
+_LAYOUT_MAX_LENGTH: Final = 200
+
+
+class CalibrationRecord(ApiModel):
+    """One finished run: what its plan said and what it measured once steady."""
+
+    plan: str = Field(
+        min_length=1,
+        max_length=_PLAN_REFERENCE_MAX_LENGTH,
+        description="The TrainingPlan, namespace/name.",
+    )
+    finished: AwareDatetime = Field(description="When the run ended.")
+    gpus: int = Field(ge=1, le=1_000_000, description="GPUs the run held.")
+    layout: str = Field(
+        "", max_length=_LAYOUT_MAX_LENGTH, description="The layout, e.g. TP2 PP1 DP64 ZeRO-1."
+    )
+    planned_step_seconds: float = Field(gt=0, le=_SECONDS_MAX, description="The plan's step time.")
+    measured_step_seconds: float = Field(
+        gt=0, le=_SECONDS_MAX, description="The run's steady step time (median)."
+    )
+    gpu_hours: float = Field(
+        ge=0,
+        le=_GPU_HOURS_MAX,
+        alias="gpuHours",
+        description="GPU-hours the run held its GPUs.",
+    )
+    interruptions: int = Field(
+        0, ge=0, le=_INTERRUPTIONS_MAX, description="Interruptions (restarts) of the run."
+    )
+    restart_seconds: float | None = Field(
+        None, ge=0, le=_SECONDS_MAX, description="Median seconds from interruption to training."
+    )
+    checkpoint_seconds: float | None = Field(
+        None, ge=0, le=_SECONDS_MAX, description="Median seconds to write a checkpoint."
+    )
+
+
+class ClusterCalibrationSpec(ApiModel):
+    """Which GPUs the records describe and how many to keep."""
+
+    gpu_type: str = Field(
+        min_length=1, max_length=_NAME_MAX_LENGTH, description="Catalog GPU name."
+    )
+    max_records: int = Field(
+        100, ge=1, le=MAX_RECORDS, description="Records kept; the oldest are dropped."
+    )
+
+
+class ClusterCalibrationStatus(ApiModel):
+    """The records and the corrections fitted to them."""
+
+    records: tuple[CalibrationRecord, ...] = Field(
+        (), max_length=MAX_RECORDS, description="Finished runs, oldest first."
+    )
+    runs: int = Field(0, ge=0, description="Records the corrections rest on.")
+    step_seconds_factor: float | None = Field(
+        None, gt=0, description="Measured / planned step time the plans are corrected by."
+    )
+    step_seconds_ratio_range: PercentileRange | None = Field(
+        None, description="10-90% of a new run's measured / corrected step time."
+    )
+    interruptions_per_gpu_hour: float | None = Field(
+        None,
+        ge=0,
+        alias="interruptionsPerGPUHour",
+        description="The fitted interruption rate (posterior mean).",
+    )
+    restart_seconds: float | None = Field(
+        None, ge=0, description="The fitted restart cost (median of the records)."
+    )
+    checkpoint_seconds: float | None = Field(
+        None, ge=0, description="The fitted checkpoint cost (median of the records)."
+    )
+    conditions: tuple[Condition, ...] = Field(
+        (), max_length=MAX_CONDITIONS, description="Standard conditions."
+    )
+
+
+class ClusterCalibration(ApiModel):
+    """A whole ClusterCalibration resource."""
+
+    api_version: Literal["trainplan.dev/v1alpha1"] = Field(
+        API_VERSION, description="trainplan.dev/v1alpha1."
+    )
+    kind: Literal["ClusterCalibration"] = Field(
+        CLUSTER_CALIBRATION_KIND, description="ClusterCalibration."
+    )
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Object metadata.")
+    spec: ClusterCalibrationSpec = Field(description="The GPU type and the records kept.")
+    status: ClusterCalibrationStatus | None = Field(
+        None, description="Records and corrections, written by the operator."
+    )

@@ -1,0 +1,200 @@
+"""What a cluster's finished runs say about its next plans (pure).
+
+A `ClusterCalibration` keeps, per finished run, the planned and measured step time and the
+interruptions over the run's GPU-hours. `fit_cluster` turns them into corrections:
+
+- **Step time.** The log ratio r = ln(measured / planned) of each run is an observation of
+  the cluster's log factor mu with run-to-run scatter s; mu has the planner's own
+  held-out error as its prior, N(0, s0^2), s0 from the step-time 10-90% range of
+  `calibration.yaml` (s0 = ln(p90 / p10) / (2 z(0.9))). The posterior is the conjugate
+  normal one (Gelman et al., Bayesian Data Analysis, 3rd ed., section 2.5):
+  mean = sum(w r) / s^2 / (sum(w) / s^2 + 1 / s0^2), variance = 1 / (sum(w) / s^2 + 1/s0^2).
+  A run far from the others (a broken node, a noisy neighbour) is down-weighted with
+  Huber's weights w = min(1, c / |z|), z its distance from the median in robust standard
+  deviations (1.4826 x the median absolute deviation; Huber 1964), so one outlier cannot
+  pull the factor. A new plan's 10-90% range is the predictive one: exp(+-z(0.9) x
+  sqrt(variance + s^2)) around the corrected step time. s is the records' robust scatter
+  (1.4826 x their median absolute deviation) once three exist, `RUN_SCATTER_LOG` before.
+- **Interruptions** per GPU-hour: a Gamma(alpha, beta) posterior, conjugate to the Poisson
+  count of interruptions over the runs' GPU-hours (Gelman et al., section 2.6), with the
+  catalog's fleet rate as a prior worth `PRIOR_INTERRUPTIONS` interruptions.
+- **Restart and checkpoint seconds**: the median of the runs that measured them.
+
+`apply_cluster_fit` returns the catalog's calibration with these in place; the planner
+uses it like any other (`plan(..., cluster=)`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Final
+
+from trainplan.api import ClusterCalibration, PlanCalibration
+from trainplan.planner.calibration import Calibration
+
+Z_90: Final = 1.2815515655446004
+"""The standard normal quantile at 0.9."""
+RUN_SCATTER_LOG: Final = 0.05
+"""Run-to-run scatter of ln(measured / planned) on one cluster before three runs show
+their own (set, not fitted: 5%)."""
+MIN_RUN_SCATTER_LOG: Final = 0.01
+"""The least scatter the fit believes, however alike the runs (1%)."""
+HUBER_C: Final = 2.0
+"""Runs more than this many robust standard deviations from the median are down-weighted."""
+PRIOR_INTERRUPTIONS: Final = 1.0
+"""The fleet failure rate's weight as a prior, in interruptions (a weak prior: the first
+weeks of a large run outweigh it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """What one finished run planned and measured."""
+
+    planned_step_seconds: float
+    measured_step_seconds: float
+    gpu_hours: float
+    interruptions: int
+    restart_seconds: float | None = None
+    checkpoint_seconds: float | None = None
+
+    @property
+    def log_ratio(self) -> float:
+        return math.log(self.measured_step_seconds / self.planned_step_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFit:
+    """The corrections a cluster's records support, with their uncertainty."""
+
+    runs: int
+    """Records the fit rests on."""
+    down_weighted: int
+    """Records weighted below 1 as outliers."""
+    step_seconds_factor: float
+    """Multiplies the planner's step time (posterior mean of measured / planned)."""
+    step_seconds_ratio_p10: float
+    """10th percentile of a new run's measured / corrected planned step time."""
+    step_seconds_ratio_p90: float
+    interruptions_alpha: float
+    """Gamma posterior shape of the interruption rate."""
+    interruptions_beta_gpu_hours: float
+    """Gamma posterior rate, in GPU-hours."""
+    restart_seconds: float | None
+    checkpoint_seconds: float | None
+
+    @property
+    def interruptions_per_gpu_hour(self) -> float:
+        """The posterior mean rate."""
+        return self.interruptions_alpha / self.interruptions_beta_gpu_hours
+
+
+def _robust_scale(values: Sequence[float]) -> float:
+    """1.4826 x the median absolute deviation: the standard deviation of normal data,
+    unmoved by a minority of outliers."""
+    median = statistics.median(values)
+    return max(1.4826 * statistics.median(abs(v - median) for v in values), MIN_RUN_SCATTER_LOG)
+
+
+def _huber_weights(values: Sequence[float], scale: float) -> list[float]:
+    median = statistics.median(values)
+    deviations = [abs(v - median) for v in values]
+    return [min(1.0, HUBER_C * scale / d) if d > 0 else 1.0 for d in deviations]
+
+
+def _median_of(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def fit_cluster(records: Sequence[RunRecord], prior: Calibration) -> ClusterFit:
+    """The corrections `records` support, starting from the catalog's `prior`."""
+    prior_sd = math.log(prior.step_seconds_ratio_p90 / prior.step_seconds_ratio_p10) / (2 * Z_90)
+    prior_precision = 1.0 / max(prior_sd, MIN_RUN_SCATTER_LOG) ** 2
+    values = [record.log_ratio for record in records]
+    scale = _robust_scale(values) if values else RUN_SCATTER_LOG
+    weights = _huber_weights(values, scale) if values else []
+    scatter = scale if len(values) >= 3 else RUN_SCATTER_LOG
+    data_precision = sum(weights) / scatter**2
+    precision = data_precision + prior_precision
+    mean = sum(w * v for w, v in zip(weights, values, strict=True)) / scatter**2 / precision
+    predictive_sd = math.sqrt(1.0 / precision + scatter**2) if records else prior_sd
+    alpha0 = PRIOR_INTERRUPTIONS
+    beta0 = alpha0 / max(prior.interruptions_per_gpu_hour, 1e-12)
+    if not records:
+        low, high = prior.step_seconds_ratio_p10, prior.step_seconds_ratio_p90
+    else:
+        low, high = math.exp(-Z_90 * predictive_sd), math.exp(Z_90 * predictive_sd)
+    return ClusterFit(
+        runs=len(records),
+        down_weighted=sum(1 for w in weights if w < 1.0),
+        step_seconds_factor=math.exp(mean),
+        step_seconds_ratio_p10=low,
+        step_seconds_ratio_p90=high,
+        interruptions_alpha=alpha0 + sum(r.interruptions for r in records),
+        interruptions_beta_gpu_hours=beta0 + sum(r.gpu_hours for r in records),
+        restart_seconds=_median_of([r.restart_seconds for r in records]),
+        checkpoint_seconds=_median_of([r.checkpoint_seconds for r in records]),
+    )
+
+
+def apply_cluster_fit(calibration: Calibration, fit: ClusterFit) -> Calibration:
+    """`calibration` with the cluster's step-time factor and range, failure rate and
+    restart cost in place of the published ones."""
+    return replace(
+        calibration,
+        step_seconds_factor=calibration.step_seconds_factor * fit.step_seconds_factor,
+        step_seconds_ratio_p10=fit.step_seconds_ratio_p10,
+        step_seconds_ratio_p90=fit.step_seconds_ratio_p90,
+        interruptions_per_gpu_hour=fit.interruptions_per_gpu_hour,
+        restart_seconds=(
+            calibration.restart_seconds if fit.restart_seconds is None else fit.restart_seconds
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEvidence:
+    """A ClusterCalibration's identity and the fit of its records."""
+
+    name: str
+    generation: int
+    gpu_type: str
+    fit: ClusterFit
+
+    def reference(self) -> PlanCalibration:
+        """What a plan records of it (`status.plan.calibration`)."""
+        return PlanCalibration(
+            name=self.name,
+            generation=self.generation,
+            runs=self.fit.runs,
+            step_seconds_factor=self.fit.step_seconds_factor,
+            interruptions_per_gpu_hour=self.fit.interruptions_per_gpu_hour,
+        )
+
+
+def cluster_evidence(resource: ClusterCalibration, prior: Calibration) -> ClusterEvidence:
+    """Fit `resource`'s records afresh (its status's fitted figures are not trusted)."""
+    records = resource.status.records if resource.status is not None else ()
+    fit = fit_cluster(
+        [
+            RunRecord(
+                planned_step_seconds=record.planned_step_seconds,
+                measured_step_seconds=record.measured_step_seconds,
+                gpu_hours=record.gpu_hours,
+                interruptions=record.interruptions,
+                restart_seconds=record.restart_seconds,
+                checkpoint_seconds=record.checkpoint_seconds,
+            )
+            for record in records[-resource.spec.max_records :]
+        ],
+        prior,
+    )
+    return ClusterEvidence(
+        name=resource.metadata.name or "",
+        generation=resource.metadata.generation or 0,
+        gpu_type=resource.spec.gpu_type,
+        fit=fit,
+    )
