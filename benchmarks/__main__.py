@@ -14,6 +14,10 @@ BENCHMARKS = (
     ("planner accuracy", "benchmarks.accuracy"),
     ("whole runs from many sources", "benchmarks.whole_runs"),
     ("the plans' 10-90% ranges (held-out errors)", "benchmarks.plan_ranges"),
+    (
+        "cluster calibration (a simulated cluster unlike the catalog)",
+        "benchmarks.cluster_calibration",
+    ),
     ("reporter overhead", "benchmarks.reporter_overhead"),
     ("ETA accuracy under injected failures", "benchmarks.eta_accuracy"),
     (

@@ -41,7 +41,14 @@ class CalibrationRecord(ApiModel):
     layout: str = Field(
         "", max_length=_LAYOUT_MAX_LENGTH, description="The layout, e.g. TP2 PP1 DP64 ZeRO-1."
     )
-    planned_step_seconds: float = Field(gt=0, le=_SECONDS_MAX, description="The plan's step time.")
+    planned_step_seconds: float = Field(
+        gt=0,
+        le=_SECONDS_MAX,
+        description=(
+            "The catalog's step time for the run's layout: the plan's step time divided by"
+            " the ClusterCalibration factor it was corrected by, if any."
+        ),
+    )
     measured_step_seconds: float = Field(
         gt=0, le=_SECONDS_MAX, description="The run's steady step time (median)."
     )
