@@ -96,6 +96,7 @@ CLUSTER_SCOPED: Final = frozenset(
         "namespaces",
         "validatingwebhookconfigurations",
         "clusterkopfpeerings",
+        "clustercalibrations",
     }
 )
 """The resources of the rules that no Role can grant."""
@@ -247,7 +248,21 @@ async def drive(config: OperatorConfig, catalog: Catalog) -> Drive:
         },
     )
     alpha = api.put(GROUP, "trainingplans", _plan("alpha", "team-a", {**SPEC, "budgetRef": "team"}))
-    beta = api.put(GROUP, "trainingplans", _plan("beta", "team-b", _deepspeed_jobset_spec()))
+    # Beta is planned with a ClusterCalibration (cluster-scoped, read when planning).
+    beta_spec = _deepspeed_jobset_spec()
+    hardware = beta_spec.setdefault("hardware", {})
+    hardware["calibration"] = "fleet"
+    api.put(
+        GROUP,
+        "clustercalibrations",
+        {
+            "apiVersion": "trainplan.dev/v1alpha1",
+            "kind": "ClusterCalibration",
+            "metadata": {"name": "fleet"},
+            "spec": {"gpuType": hardware.get("gpuType", "A100-SXM4-80GB")},
+        },
+    )
+    beta = api.put(GROUP, "trainingplans", _plan("beta", "team-b", beta_spec))
 
     # Created: planned, budgeted, applied (Service and Job; Service, ConfigMap and JobSet).
     await call("trainingplans", "launch", alpha)

@@ -40,6 +40,7 @@ CONFIG_MAPS = "v1/configmaps"
 JOBSETS = "jobset.x-k8s.io/v1alpha2/jobsets"
 WORKLOADS = "kueue.x-k8s.io/v1beta1/workloads"
 CLUSTER_PEERINGS = "kopf.dev/v1/clusterkopfpeerings"
+CLUSTER_CALIBRATIONS = "trainplan.dev/v1alpha1/clustercalibrations"
 WAIT_SECONDS = 15.0
 
 RESOURCES: dict[str, dict[str, Any]] = {
@@ -69,6 +70,11 @@ CLUSTER_RESOURCES: dict[str, dict[str, Any]] = {
         "subresources": set(),
     },
     "v1/namespaces": {"kind": "Namespace", "singular": "namespace", "subresources": set()},
+    CLUSTER_CALIBRATIONS: {
+        "kind": "ClusterCalibration",
+        "singular": "clustercalibration",
+        "subresources": {"status"},
+    },
     # Kopf's peering (`trainplan operator --peering`); standalone operators ignore it.
     CLUSTER_PEERINGS: {
         "kind": "ClusterKopfPeering",
@@ -378,6 +384,15 @@ class Cluster:
                 },
                 "status": status,
             },
+        )
+        assert code in (200, 201), answer
+
+    async def create_cluster_calibration(self, document: dict[str, Any]) -> None:
+        """A ClusterCalibration as whoever maintains it writes it (status included)."""
+        body = copy.deepcopy(document)
+        body.setdefault("metadata", {}).setdefault("generation", 1)
+        code, answer = await self._call(
+            "POST", "/apis/trainplan.dev/v1alpha1/clustercalibrations", body
         )
         assert code in (200, 201), answer
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from trainplan.api import (
     API_VERSION,
+    CLUSTER_CALIBRATION_KIND,
+    CLUSTER_CALIBRATION_PLURAL,
     GPU_BUDGET_KIND,
     GPU_BUDGET_PLURAL,
     TRAINING_PLAN_KIND,
@@ -26,6 +28,7 @@ _KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     (KUEUE_API_VERSION, "Workload"): ("workloads", True),
     (API_VERSION, TRAINING_PLAN_KIND): (TRAINING_PLAN_PLURAL, True),
     (API_VERSION, GPU_BUDGET_KIND): (GPU_BUDGET_PLURAL, True),
+    (API_VERSION, CLUSTER_CALIBRATION_KIND): (CLUSTER_CALIBRATION_PLURAL, False),
 }
 
 

@@ -14,6 +14,7 @@ import kopf
 from trainplan.api import (
     ACTIVE_PHASES,
     API_VERSION,
+    CLUSTER_CALIBRATION_KIND,
     GROUP,
     PLAN_LABEL,
     TRAINING_PLAN_KIND,
@@ -558,17 +559,34 @@ def _resumed(body: kopf.Body, context: ControllerContext) -> LaunchDecision | No
 
 async def _decide(body: kopf.Body, context: ControllerContext) -> LaunchDecision:
     meta = body.meta
+    spec_document = dict(body.get("spec", {}))
     return await asyncio.to_thread(
         decide_launch,
         name=meta.name or "",
         namespace=meta.namespace or "default",
         uid=meta.uid,
         generation=meta.get("generation"),
-        spec_document=dict(body.get("spec", {})),
+        spec_document=spec_document,
         previous_status=dict(body.get("status", {}) or {}),
         catalog=context.catalog,
         now=context.clock(),
+        calibration_document=await _named_calibration(spec_document, context),
     )
+
+
+async def _named_calibration(
+    spec_document: Mapping[str, Any], context: ControllerContext
+) -> dict[str, Any] | None:
+    """The ClusterCalibration the spec names (`hardware.calibration`), or None (none named,
+    `none`, not found, or a name that is no object name: the spec check reports it)."""
+    hardware = spec_document.get("hardware")
+    name = hardware.get("calibration") if isinstance(hardware, Mapping) else None
+    if not isinstance(name, str) or name == "none":
+        return None
+    try:
+        return await context.api().get(API_VERSION, CLUSTER_CALIBRATION_KIND, "", name)
+    except ValueError:  # not a single path segment
+        return None
 
 
 async def _apply(

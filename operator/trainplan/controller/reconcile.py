@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from trainplan.api import (
     FINISHED_PHASES,
+    ClusterCalibration,
     ConditionType,
     Phase,
     Plan,
@@ -24,6 +25,7 @@ from trainplan.controller.conditions import ConditionStatus, make_condition, mer
 from trainplan.launcher import LauncherError, PlanRef, job_name, render_for
 from trainplan.monitor import workload_failures
 from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
+from trainplan.planner.cluster_fit import ClusterEvidence, cluster_evidence
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +136,21 @@ def deletion_retry_seconds(
     return min(most, max(first, waited))
 
 
+def cluster_from_document(
+    name: str, document: Mapping[str, Any] | None, catalog: Catalog
+) -> ClusterEvidence | str:
+    """The fit of ClusterCalibration `name` as read from the API, or why it cannot be used
+    (missing, or not a valid ClusterCalibration: its records are input, checked here)."""
+    if document is None:
+        return f"ClusterCalibration {name!r} not found; create it or remove the field"
+    try:
+        resource = ClusterCalibration.model_validate(dict(document))
+    except ValidationError as error:
+        first = format_validation_errors(error)[0]
+        return f"ClusterCalibration {name!r} is not valid ({first})"
+    return cluster_evidence(resource, catalog.calibration)
+
+
 def decide_launch(
     *,
     name: str,
@@ -144,8 +161,13 @@ def decide_launch(
     previous_status: Mapping[str, Any],
     catalog: Catalog,
     now: datetime,
+    calibration_document: Mapping[str, Any] | None = None,
 ) -> LaunchDecision:
-    """Parse, plan and render a TrainingPlan; or reject it with every problem found."""
+    """Parse, plan and render a TrainingPlan; or reject it with every problem found.
+
+    A spec naming a ClusterCalibration (`hardware.calibration`) is planned with it:
+    `calibration_document` is that resource as read from the API (None when it does not
+    exist, which rejects the plan)."""
     try:
         spec = TrainingPlanSpec.model_validate(dict(spec_document))
     except ValidationError as error:
@@ -153,8 +175,21 @@ def decide_launch(
         return reject(
             problems, "InvalidSpec", generation=generation, previous_status=previous_status, now=now
         )
+    cluster = None
+    wanted = spec.hardware.calibration
+    if wanted is not None and wanted != "none":
+        found = cluster_from_document(wanted, calibration_document, catalog)
+        if isinstance(found, str):
+            return reject(
+                [f"spec.hardware.calibration: {found}"],
+                "InvalidSpec",
+                generation=generation,
+                previous_status=previous_status,
+                now=now,
+            )
+        cluster = found
     try:
-        result = plan(spec, catalog)
+        result = plan(spec, catalog, cluster=cluster)
     except PlanInputError as error:
         problems = [f"spec.{path}: {message}" for path, message in error.problems]
         return reject(

@@ -1,0 +1,73 @@
+"""Integration: a TrainingPlan naming a ClusterCalibration is planned with the cluster's
+records (the real Kopf operator against kmock); a missing one rejects the plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.harness import JOBS, Cluster, OperatorProcess, small_plan
+
+pytestmark = pytest.mark.asyncio
+
+
+def calibration(name: str, factor: float) -> dict[str, Any]:
+    records = [
+        {
+            "plan": f"team-a/run-{index}",
+            "finished": "2026-11-20T10:00:00Z",
+            "gpus": 8,
+            "plannedStepSeconds": 2.0,
+            "measuredStepSeconds": 2.0 * factor,
+            "gpuHours": 500.0,
+            "interruptions": 1,
+        }
+        for index in range(3)
+    ]
+    return {
+        "apiVersion": "trainplan.dev/v1alpha1",
+        "kind": "ClusterCalibration",
+        "metadata": {"name": name},
+        "spec": {"gpuType": "A100-SXM4-80GB"},
+        "status": {"records": records},
+    }
+
+
+def calibrated_plan(name: str, calibration_name: str) -> dict[str, Any]:
+    document = small_plan(name)
+    document["spec"]["hardware"] = {"calibration": calibration_name}
+    return document
+
+
+async def test_a_plan_naming_a_calibration_is_corrected_by_it(
+    operator: OperatorProcess, cluster: Cluster
+) -> None:
+    await cluster.create_cluster_calibration(calibration("a100-slow", 1.3))
+    plain = await cluster.apply_plan(small_plan("plain"))
+    named = await cluster.apply_plan(calibrated_plan("named", "a100-slow"))
+    opted_out = await cluster.apply_plan(calibrated_plan("opted-out", "none"))
+    plans = {
+        name: (await cluster.wait_for_phase(name, "Launching"))["status"]["plan"]
+        for name in (plain, named, opted_out)
+    }
+    assert plans[named]["calibration"]["name"] == "a100-slow"
+    assert plans[named]["calibration"]["runs"] == 3
+    factor = plans[named]["calibration"]["stepSecondsFactor"]
+    assert 1.2 < factor < 1.3
+    assert plans[named]["stepSeconds"] == pytest.approx(plans[plain]["stepSeconds"] * factor)
+    assert "calibration" not in plans[plain]
+    assert plans[opted_out] == plans[plain]
+    assert len(cluster.objects(JOBS)) == 3
+
+
+async def test_a_missing_calibration_rejects_the_plan(
+    operator: OperatorProcess, cluster: Cluster
+) -> None:
+    name = await cluster.apply_plan(calibrated_plan("orphan", "nowhere"))
+    resource = await cluster.wait_for_phase(name, "Rejected")
+    planned = {c["type"]: c for c in resource["status"]["conditions"]}["Planned"]
+    assert (
+        "spec.hardware.calibration: ClusterCalibration 'nowhere' not found" in (planned["message"])
+    )
+    assert cluster.objects(JOBS) == {}
