@@ -13,8 +13,8 @@ good ones and the shift of new plans' step time is reported.
 
 Exits 1 when a goal is missed: errors above 5% after three runs, a range covering less than
 60% or more than 95% after one, an outlier moving plans by more than 2%. This exercises the
-fit and the planner on simulated records; the operator writing the records from real runs
-is not part of it (docs/calibration.md, "Not yet").
+fit and the planner on simulated records; the operator, which writes the same records from
+real runs (docs/calibration.md), is not part of it.
 """
 
 from __future__ import annotations

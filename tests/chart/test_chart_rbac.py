@@ -97,6 +97,7 @@ CLUSTER_SCOPED: Final = frozenset(
         "validatingwebhookconfigurations",
         "clusterkopfpeerings",
         "clustercalibrations",
+        "clustercalibrations/status",
     }
 )
 """The resources of the rules that no Role can grant."""
@@ -247,11 +248,8 @@ async def drive(config: OperatorConfig, catalog: Catalog) -> Drive:
             "spec": {"gpuHours": gpu_hours * 0.9, "period": "30d", "enforcement": "Warn"},
         },
     )
-    alpha = api.put(GROUP, "trainingplans", _plan("alpha", "team-a", {**SPEC, "budgetRef": "team"}))
-    # Beta is planned with a ClusterCalibration (cluster-scoped, read when planning).
-    beta_spec = _deepspeed_jobset_spec()
-    hardware = beta_spec.setdefault("hardware", {})
-    hardware["calibration"] = "fleet"
+    # Alpha names a ClusterCalibration (cluster-scoped): read when planning, and its
+    # record written there when the run succeeds.
     api.put(
         GROUP,
         "clustercalibrations",
@@ -259,10 +257,12 @@ async def drive(config: OperatorConfig, catalog: Catalog) -> Drive:
             "apiVersion": "trainplan.dev/v1alpha1",
             "kind": "ClusterCalibration",
             "metadata": {"name": "fleet"},
-            "spec": {"gpuType": hardware.get("gpuType", "A100-SXM4-80GB")},
+            "spec": {"gpuType": "A100-SXM4-80GB"},
         },
     )
-    beta = api.put(GROUP, "trainingplans", _plan("beta", "team-b", beta_spec))
+    alpha_spec = {**SPEC, "budgetRef": "team", "hardware": {"calibration": "fleet"}}
+    alpha = api.put(GROUP, "trainingplans", _plan("alpha", "team-a", alpha_spec))
+    beta = api.put(GROUP, "trainingplans", _plan("beta", "team-b", _deepspeed_jobset_spec()))
 
     # Created: planned, budgeted, applied (Service and Job; Service, ConfigMap and JobSet).
     await call("trainingplans", "launch", alpha)
@@ -344,8 +344,11 @@ async def drive(config: OperatorConfig, catalog: Catalog) -> Drive:
     await call("trainingplans", "revise_eta", running)
 
     # The Job completes ten hours later: the plan's status, its budget (now used up: the
-    # BudgetExhausted Events) and a Succeeded Event follow.
+    # BudgetExhausted Events), a Succeeded Event and its ClusterCalibration record follow.
     now[0] = NOW + timedelta(hours=10)
+    alpha = api.stored(GROUP, "trainingplans", "team-a", "alpha")
+    steady = {"step": 500, "measuredStepSeconds": alpha["status"]["plan"]["stepSeconds"]}
+    api.put(GROUP, "trainingplans", {**alpha, "status": {**alpha["status"], "progress": steady}})
     job = api.stored("batch", "jobs", "team-a", alpha["status"]["jobName"])
     job["status"] = {
         "startTime": NOW.isoformat(),

@@ -387,6 +387,22 @@ class Cluster:
         )
         assert code in (200, 201), answer
 
+    async def write_plan_status(
+        self, name: str, status_patch: dict[str, Any], namespace: str = "default"
+    ) -> None:
+        """A status write to a plan, as the operator's ETA loop makes from the pods'
+        metrics (progress, failures, GPU-hours)."""
+        code, answer = await self._call(
+            "PATCH",
+            f"/apis/trainplan.dev/v1alpha1/namespaces/{namespace}/trainingplans/{name}/status",
+            {"status": status_patch},
+        )
+        assert code == 200, answer
+
+    def cluster_calibration(self, name: str) -> dict[str, Any]:
+        """The ClusterCalibration `name` as stored."""
+        return self.objects(CLUSTER_CALIBRATIONS, namespace=None).get(name, {})
+
     async def create_cluster_calibration(self, document: dict[str, Any]) -> None:
         """A ClusterCalibration as whoever maintains it writes it (status included)."""
         body = copy.deepcopy(document)

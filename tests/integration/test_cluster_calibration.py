@@ -71,3 +71,51 @@ async def test_a_missing_calibration_rejects_the_plan(
         "spec.hardware.calibration: ClusterCalibration 'nowhere' not found" in (planned["message"])
     )
     assert cluster.objects(JOBS) == {}
+
+
+async def test_a_finished_run_adds_its_record(operator: OperatorProcess, cluster: Cluster) -> None:
+    await cluster.create_cluster_calibration(calibration("a100-east", 1.3))
+    name = await cluster.apply_plan(calibrated_plan("learns", "a100-east"))
+    launched = await cluster.wait_for_phase(name, "Launching")
+    planned = launched["status"]["plan"]
+    job = launched["status"]["jobName"]
+    await cluster.write_job_status(job, {"active": 1, "startTime": "2026-11-25T00:00:00Z"})
+    await cluster.wait_for_phase(name, "Running")
+    measured = planned["stepSeconds"] * 1.1  # steady, as the ETA loop measured it
+    await cluster.write_plan_status(
+        name,
+        {
+            "progress": {"step": 400, "measuredStepSeconds": measured},
+            "failures": {"count": 2},
+            "gpuHours": {"used": 12.5},
+        },
+    )
+    await cluster.write_job_status(
+        job,
+        {
+            "active": 0,
+            "succeeded": 1,
+            "completionTime": "2026-11-25T01:00:00Z",
+            "conditions": [{"type": "Complete", "status": "True"}],
+        },
+    )
+    await cluster.wait_for_phase(name, "Succeeded")
+    await cluster.wait_for(
+        lambda: (
+            len(cluster.cluster_calibration("a100-east").get("status", {}).get("records", [])) == 4
+        ),
+        "the run's record",
+    )
+    status = cluster.cluster_calibration("a100-east")["status"]
+    record = status["records"][-1]
+    assert record["plan"] == "default/learns"
+    assert record["measuredStepSeconds"] == pytest.approx(measured)
+    # The catalog's step time: the plan's, divided by the factor that corrected it.
+    factor = planned["calibration"]["stepSecondsFactor"]
+    assert record["plannedStepSeconds"] == pytest.approx(planned["stepSeconds"] / factor)
+    assert record["interruptions"] == 2
+    assert record["gpuHours"] == 12.5
+    assert status["runs"] == 4
+    (condition,) = status["conditions"]
+    assert condition["type"] == "Calibrated"
+    assert condition["message"].startswith("4 runs; step time x ")

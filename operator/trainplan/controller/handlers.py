@@ -31,6 +31,7 @@ from trainplan.cluster import (
     judge_ownership,
 )
 from trainplan.controller.budget_handlers import budgeted, follow_budget, register_budgets
+from trainplan.controller.calibration import record_finished_run
 from trainplan.controller.conditions import merge_conditions
 from trainplan.controller.config import OperatorConfig, configure_kopf
 from trainplan.controller.context import ControllerContext, connection_from
@@ -268,6 +269,8 @@ def build_registry(
         phase = status.get("phase")
         if phase is not None:
             await follow_budget(context, {**parent, "status": status}, phase)
+        if phase == Phase.SUCCEEDED.value:
+            await record_finished_run(context, {**parent, "status": status})
         if phase in (Phase.SUCCEEDED.value, Phase.FAILED.value):
             event_type = "Normal" if phase == Phase.SUCCEEDED.value else "Warning"
             reason = JOB_DELETED if state.reason == JOB_DELETED else phase

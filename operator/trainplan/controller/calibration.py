@@ -1,0 +1,165 @@
+"""A finished run's record in the ClusterCalibration its plan names.
+
+`finished_run_record` and `status_with_record` are pure: what a succeeded plan's status
+says it planned and measured, and the ClusterCalibration status with that record added
+(oldest records dropped beyond `spec.maxRecords`, the fit's figures and a `Calibrated`
+condition recomputed from the records). `record_finished_run` reads the resource and
+writes that status onto the version it read, reading again after a concurrent write.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Final
+
+import kopf
+from pydantic import ValidationError
+
+from trainplan.api import (
+    API_VERSION,
+    CLUSTER_CALIBRATION_KIND,
+    CalibrationRecord,
+    ClusterCalibration,
+    ClusterCalibrationStatus,
+    Plan,
+    TrainingPlanStatus,
+    format_count,
+)
+from trainplan.cluster import ResourceVersionConflictError
+from trainplan.controller.conditions import make_condition, merge_conditions
+from trainplan.controller.context import ControllerContext
+from trainplan.planner import Calibration
+from trainplan.planner.cluster_fit import cluster_evidence
+
+RECORD_MIN_STEPS: Final = 20
+"""Steps a run must have completed before its measured step time counts: the ETA's
+measured step time is a median over recent steps, and fewer say little about steady state."""
+CALIBRATED: Final = "Calibrated"
+"""The ClusterCalibration condition saying how many runs its corrections rest on."""
+_WRITE_ATTEMPTS: Final = 5
+
+_log = logging.getLogger(__name__)
+
+
+def finished_run_record(
+    namespace: str, name: str, status_document: Mapping[str, Any], now: datetime
+) -> CalibrationRecord | None:
+    """What a succeeded plan planned and measured, or None when its status lacks a steady
+    measured step time (fewer than `RECORD_MIN_STEPS` steps) or is not valid."""
+    try:
+        status = TrainingPlanStatus.model_validate(dict(status_document))
+    except ValidationError:
+        return None
+    plan: Plan | None = status.plan
+    progress = status.progress
+    if plan is None or progress is None or progress.measured_step_seconds is None:
+        return None
+    if progress.step < RECORD_MIN_STEPS:
+        return None
+    factor = plan.calibration.step_seconds_factor if plan.calibration is not None else 1.0
+    try:
+        return CalibrationRecord(
+            plan=f"{namespace}/{name}",
+            finished=status.completion_time or now,
+            gpus=plan.gpus,
+            layout=plan.layout.summary[:200],
+            planned_step_seconds=plan.step_seconds / factor,
+            measured_step_seconds=progress.measured_step_seconds,
+            gpu_hours=status.gpu_hours.used if status.gpu_hours is not None else 0.0,
+            interruptions=status.failures.count if status.failures is not None else 0,
+        )
+    except ValidationError:
+        return None
+
+
+def status_with_record(
+    document: Mapping[str, Any], record: CalibrationRecord, prior: Calibration, now: datetime
+) -> dict[str, Any] | None:
+    """The ClusterCalibration status with `record` added, or None when it already holds a
+    record of the same plan and end (a repeated event) or the resource is not valid."""
+    try:
+        resource = ClusterCalibration.model_validate(dict(document))
+    except ValidationError:
+        return None
+    current = resource.status.records if resource.status is not None else ()
+    if any(r.plan == record.plan and r.finished == record.finished for r in current):
+        return None
+    records = (*current, record)[-resource.spec.max_records :]
+    status = resource.status or ClusterCalibrationStatus()
+    updated = resource.model_copy(update={"status": status.model_copy(update={"records": records})})
+    fit = cluster_evidence(updated, prior).fit
+    message = (
+        f"{format_count(fit.runs, 'run')}; step time x {fit.step_seconds_factor:.3f} of the"
+        f" catalog's; {fit.interruptions_per_gpu_hour:.3g} interruptions per GPU-hour"
+    )
+    if fit.down_weighted:
+        message += f"; {format_count(fit.down_weighted, 'outlier run')} down-weighted"
+    previous = [c.to_document() for c in (resource.status.conditions if resource.status else ())]
+    condition = make_condition(
+        CALIBRATED,
+        "True",
+        "Fitted",
+        message,
+        now=now,
+        generation=resource.metadata.generation,
+    )
+    return {
+        "records": [r.to_document() for r in records],
+        "runs": fit.runs,
+        "stepSecondsFactor": fit.step_seconds_factor,
+        "stepSecondsRatioRange": {
+            "p10": fit.step_seconds_ratio_p10,
+            "p90": fit.step_seconds_ratio_p90,
+        },
+        "interruptionsPerGPUHour": fit.interruptions_per_gpu_hour,
+        "restartSeconds": fit.restart_seconds,
+        "checkpointSeconds": fit.checkpoint_seconds,
+        "conditions": merge_conditions(previous, [condition]),
+    }
+
+
+async def record_finished_run(context: ControllerContext, plan_document: Mapping[str, Any]) -> None:
+    """Add a succeeded plan's record to the ClusterCalibration its spec names, if any."""
+    hardware = (plan_document.get("spec") or {}).get("hardware") or {}
+    name = hardware.get("calibration") if isinstance(hardware, Mapping) else None
+    if not isinstance(name, str) or name == "none":
+        return
+    meta = plan_document.get("metadata") or {}
+    now = context.clock()
+    record = finished_run_record(
+        meta.get("namespace") or "default",
+        meta.get("name") or "",
+        plan_document.get("status") or {},
+        now,
+    )
+    if record is None:
+        _log.info(
+            "%s/%s: no steady step time measured; not recorded",
+            meta.get("namespace"),
+            meta.get("name"),
+        )
+        return
+    api = context.api()
+    for _ in range(_WRITE_ATTEMPTS):
+        document = await api.get(API_VERSION, CLUSTER_CALIBRATION_KIND, "", name)
+        if document is None:
+            return
+        status = status_with_record(document, record, context.catalog.calibration, now)
+        if status is None:
+            return
+        try:
+            await api.patch(
+                API_VERSION,
+                CLUSTER_CALIBRATION_KIND,
+                "",
+                name,
+                {"status": status},
+                subresource="status",
+                resource_version=(document.get("metadata") or {}).get("resourceVersion"),
+            )
+        except ResourceVersionConflictError:
+            continue
+        return
+    raise kopf.TemporaryError(f"ClusterCalibration {name} kept changing", delay=1)

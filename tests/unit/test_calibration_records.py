@@ -1,0 +1,103 @@
+"""A succeeded run's record in its ClusterCalibration (controller/calibration.py, pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from trainplan.api import TrainingPlanSpec
+from trainplan.controller.calibration import (
+    RECORD_MIN_STEPS,
+    finished_run_record,
+    status_with_record,
+)
+from trainplan.planner import Catalog, plan
+from trainplan.planner.cluster_fit import ClusterEvidence, RunRecord, fit_cluster
+
+NOW = datetime(2026, 11, 25, 12, tzinfo=UTC)
+SPEC = {
+    "model": {"preset": "pythia-1b"},
+    "data": {"tokens": 1e9},
+    "batch": {"globalBatchSize": 64},
+    "objective": {"gpus": 8},
+}
+
+
+def status(catalog: Catalog, step: int = 500, cluster: ClusterEvidence | None = None) -> Any:
+    planned = plan(TrainingPlanSpec.model_validate(SPEC), catalog, cluster=cluster)
+    return {
+        "phase": "Succeeded",
+        "plan": planned.to_document(),
+        "completionTime": "2026-11-25T10:00:00Z",
+        "progress": {"step": step, "measuredStepSeconds": planned.step_seconds * 1.2},
+        "failures": {"count": 3},
+        "gpuHours": {"used": 40.0},
+    }
+
+
+def calibration(records: int = 0, max_records: int = 100) -> dict[str, Any]:
+    record = {
+        "plan": "team-a/old",
+        "finished": "2026-11-01T00:00:00Z",
+        "gpus": 8,
+        "plannedStepSeconds": 2.0,
+        "measuredStepSeconds": 2.4,
+        "gpuHours": 30.0,
+        "interruptions": 1,
+    }
+    return {
+        "apiVersion": "trainplan.dev/v1alpha1",
+        "kind": "ClusterCalibration",
+        "metadata": {"name": "fleet", "generation": 1},
+        "spec": {"gpuType": "A100-SXM4-80GB", "maxRecords": max_records},
+        "status": {"records": [{**record, "plan": f"team-a/old-{i}"} for i in range(records)]},
+    }
+
+
+def test_a_steady_run_is_recorded_with_the_catalogs_planned_step(catalog: Catalog) -> None:
+    record = finished_run_record("team-a", "run", status(catalog), NOW)
+    assert record is not None
+    assert record.plan == "team-a/run"
+    assert record.finished == datetime(2026, 11, 25, 10, tzinfo=UTC)
+    assert record.measured_step_seconds == pytest.approx(record.planned_step_seconds * 1.2)
+    assert (record.interruptions, record.gpu_hours, record.gpus) == (3, 40.0, 8)
+    # A plan that a ClusterCalibration corrected records the catalog's step time.
+    fit = fit_cluster([RunRecord(2.0, 2.6, 100.0, 0)] * 3, catalog.calibration)
+    corrected = status(catalog, cluster=ClusterEvidence("fleet", 1, "A100-SXM4-80GB", fit))
+    again = finished_run_record("team-a", "run", corrected, NOW)
+    assert again is not None
+    assert again.planned_step_seconds == pytest.approx(record.planned_step_seconds)
+
+
+@pytest.mark.parametrize("broken", ["few-steps", "no-measurement", "invalid"])
+def test_an_unsteady_or_invalid_run_is_not_recorded(catalog: Catalog, broken: str) -> None:
+    document = status(catalog, step=RECORD_MIN_STEPS - 1 if broken == "few-steps" else 500)
+    if broken == "no-measurement":
+        del document["progress"]["measuredStepSeconds"]
+    if broken == "invalid":
+        document["progress"]["measuredStepSeconds"] = -1
+    assert finished_run_record("team-a", "run", document, NOW) is None
+
+
+def test_the_record_is_added_once_and_the_fit_recomputed(catalog: Catalog) -> None:
+    record = finished_run_record("team-a", "run", status(catalog), NOW)
+    assert record is not None
+    new = status_with_record(calibration(2), record, catalog.calibration, NOW)
+    assert new is not None
+    assert [r["plan"] for r in new["records"]] == ["team-a/old-0", "team-a/old-1", "team-a/run"]
+    assert new["runs"] == 3
+    assert new["stepSecondsFactor"] == pytest.approx(1.2, rel=0.05)
+    assert new["conditions"][0]["type"] == "Calibrated"
+    assert new["conditions"][0]["message"].startswith("3 runs; step time x 1.")
+    stored = {**calibration(), "status": {"records": new["records"]}}
+    assert status_with_record(stored, record, catalog.calibration, NOW) is None  # repeated
+
+
+def test_the_oldest_records_are_dropped_beyond_max_records(catalog: Catalog) -> None:
+    record = finished_run_record("team-a", "run", status(catalog), NOW)
+    assert record is not None
+    new = status_with_record(calibration(3, max_records=3), record, catalog.calibration, NOW)
+    assert new is not None
+    assert [r["plan"] for r in new["records"]] == ["team-a/old-1", "team-a/old-2", "team-a/run"]
