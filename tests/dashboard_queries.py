@@ -5,7 +5,7 @@ substituted (`$namespace`, `$plan`: the given values; `$__rate_interval`: 1m);
 `variable_queries()` turns each `label_values(SELECTOR, LABEL)` variable query into the
 PromQL `count by (LABEL) (SELECTOR)`; `metric_names()` finds the trainplan names an
 expression reads; `MAYBE_ABSENT_LOCALLY` are the series a local run without a GPU, a
-deadline or a budget does not have.
+deadline, a budget or a ClusterCalibration does not have.
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ MAYBE_ABSENT_LOCALLY: Final = frozenset(
     # A GPU's series need NVML; a local run has no deadline (its objective is the process
     # count) and no budget.
     | {schema.PLAN_DEADLINE_TIMESTAMP_SECONDS.name, schema.BUDGET_GPU_HOURS.name}
+    # Nor a ClusterCalibration.
+    | {schema.CALIBRATION_STEP_SECONDS_FACTOR.name, schema.CALIBRATION_RUNS.name}
 )
+CALIBRATED_ONLY: Final = 'calibration!=""'
+"""A selector of plans a ClusterCalibration corrected: none locally."""
 
 _NAME = re.compile(r"\btrainplan_[a-z0-9_]+")
 _LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*(?P<label>\w+)\)$")

@@ -55,6 +55,8 @@ PANEL_TITLES: Final = [
     "GPU power",
     "GPU-hours: used, projected and budget",
     "Budget remaining",
+    "Measured / planned step time by GPU type",
+    "Calibration factors",
 ]
 ALERTS: Final = [
     "TrainplanDeadlineAtRisk",
@@ -62,6 +64,7 @@ ALERTS: Final = [
     "TrainplanRestartStorm",
     "TrainplanBudgetNearlyExhausted",
     "TrainplanBudgetExhausted",
+    "TrainplanCalibrationDrift",
     "TrainplanOperatorDown",
 ]
 ADVICE: Final = (
@@ -172,7 +175,9 @@ def test_every_selector_keeps_to_the_chosen_namespace_and_plan() -> None:
             selectors = _SELECTOR.findall(target["expr"])
             assert selectors, target["expr"]
             for name, matchers in selectors:
-                assert 'namespace=~"$namespace"' in matchers, target["expr"]
+                # Cluster-scoped series (a ClusterCalibration's) have no namespace.
+                if "namespace" in _labels(name):
+                    assert 'namespace=~"$namespace"' in matchers, target["expr"]
                 if "plan" in _labels(name):
                     assert 'plan=~"$plan"' in matchers, target["expr"]
 
@@ -203,6 +208,9 @@ def test_the_panels_cover_the_agreed_series() -> None:
         schema.GPU_POWER_WATTS.name,
         schema.PLAN_GPU_HOURS.name,
         schema.BUDGET_GPU_HOURS.name,
+        schema.PLAN_INFO.name,
+        schema.CALIBRATION_STEP_SECONDS_FACTOR.name,
+        schema.CALIBRATION_RUNS.name,
     }
 
 

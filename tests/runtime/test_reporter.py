@@ -57,6 +57,11 @@ DESIGN_OPERATOR_METRICS = {
     "trainplan_plan_lost_seconds",
     "trainplan_budget_gpu_hours",
 }
+ADDED_OPERATOR_METRICS = {
+    "trainplan_calibration_step_seconds_factor",
+    "trainplan_calibration_runs",
+}
+"""Added since DESIGN.md: a ClusterCalibration's factor and run count (docs/calibration.md)."""
 
 
 class FakeMonotonic:
@@ -539,7 +544,9 @@ def test_served_names_are_designs(make_reporter: Callable[..., TrainingReporter]
     created = {f"{name}_created" for name in DESIGN_HISTOGRAMS}
     assert set(families) - created == DESIGN_POD_METRICS
     assert {spec.name for spec in schema.POD_METRICS} == DESIGN_POD_METRICS
-    assert {spec.name for spec in schema.OPERATOR_METRICS} == DESIGN_OPERATOR_METRICS
+    assert {spec.name for spec in schema.OPERATOR_METRICS} == (
+        DESIGN_OPERATOR_METRICS | ADDED_OPERATOR_METRICS
+    )
     for spec in schema.POD_METRICS:
         assert families[spec.name].type == spec.type.value
         assert families[spec.name].documentation == spec.help

@@ -30,6 +30,7 @@ from trainplan.api import (
 from trainplan.cluster import ResourceVersionConflictError
 from trainplan.controller.conditions import make_condition, merge_conditions
 from trainplan.controller.context import ControllerContext
+from trainplan.monitor.exposition import CalibrationFigures
 from trainplan.planner import Calibration
 from trainplan.planner.cluster_fit import cluster_evidence
 
@@ -120,6 +121,24 @@ def status_with_record(
     }
 
 
+def note_calibration(context: ControllerContext, plan_document: Any) -> None:
+    """Export the figures of the ClusterCalibration a plan was corrected by (its
+    `status.plan.calibration`), if any."""
+    if not isinstance(plan_document, Mapping):
+        return
+    used = plan_document.get("calibration")
+    if not isinstance(used, Mapping):
+        return
+    context.metrics.record_calibration(
+        str(used.get("name", "")),
+        CalibrationFigures(
+            gpu_type=str(plan_document.get("gpuType", "")),
+            step_seconds_factor=float(used.get("stepSecondsFactor", 1.0)),
+            runs=int(used.get("runs", 0)),
+        ),
+    )
+
+
 async def record_finished_run(context: ControllerContext, plan_document: Mapping[str, Any]) -> None:
     """Add a succeeded plan's record to the ClusterCalibration its spec names, if any."""
     hardware = (plan_document.get("spec") or {}).get("hardware") or {}
@@ -161,5 +180,13 @@ async def record_finished_run(context: ControllerContext, plan_document: Mapping
             )
         except ResourceVersionConflictError:
             continue
+        context.metrics.record_calibration(
+            name,
+            CalibrationFigures(
+                gpu_type=str((document.get("spec") or {}).get("gpuType", "")),
+                step_seconds_factor=float(status["stepSecondsFactor"]),
+                runs=int(status["runs"]),
+            ),
+        )
         return
     raise kopf.TemporaryError(f"ClusterCalibration {name} kept changing", delay=1)

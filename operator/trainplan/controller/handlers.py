@@ -31,7 +31,7 @@ from trainplan.cluster import (
     judge_ownership,
 )
 from trainplan.controller.budget_handlers import budgeted, follow_budget, register_budgets
-from trainplan.controller.calibration import record_finished_run
+from trainplan.controller.calibration import note_calibration, record_finished_run
 from trainplan.controller.conditions import merge_conditions
 from trainplan.controller.config import OperatorConfig, configure_kopf
 from trainplan.controller.context import ControllerContext, connection_from
@@ -563,7 +563,7 @@ def _resumed(body: kopf.Body, context: ControllerContext) -> LaunchDecision | No
 async def _decide(body: kopf.Body, context: ControllerContext) -> LaunchDecision:
     meta = body.meta
     spec_document = dict(body.get("spec", {}))
-    return await asyncio.to_thread(
+    decision = await asyncio.to_thread(
         decide_launch,
         name=meta.name or "",
         namespace=meta.namespace or "default",
@@ -575,6 +575,8 @@ async def _decide(body: kopf.Body, context: ControllerContext) -> LaunchDecision
         now=context.clock(),
         calibration_document=await _named_calibration(spec_document, context),
     )
+    note_calibration(context, decision.status.get("plan"))
+    return decision
 
 
 async def _named_calibration(

@@ -74,6 +74,7 @@ def snapshot_from_status(
         gpu_hours_projected=gpu_hours.get("projected") or plan.get("gpuHours"),
         deadline_timestamp_seconds=_deadline_timestamp(status, spec or {}),
         lost_seconds=failures.get("lostSeconds"),
+        calibration=str((plan.get("calibration") or {}).get("name", "")),
     )
 
 

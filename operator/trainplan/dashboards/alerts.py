@@ -12,6 +12,8 @@ test evaluates against a live run.
 - TrainplanRestartStorm (warning): 3 or more failures within an hour;
 - TrainplanBudgetNearlyExhausted (warning): a GPUBudget has used 80% of its GPU-hours;
 - TrainplanBudgetExhausted (critical): a GPUBudget has used all of them;
+- TrainplanCalibrationDrift (warning): plans a ClusterCalibration corrected run more than
+  15% off their planned step time, for 1h;
 - TrainplanOperatorDown (critical): no operator target up, for 5m.
 
 Pure: builds objects and text; no I/O.
@@ -31,6 +33,7 @@ from trainplan.runtime.schema import (
     PLAN_DEADLINE_TIMESTAMP_SECONDS,
     PLAN_ESTIMATED_COMPLETION_TIMESTAMP_SECONDS,
     PLAN_FAILURES_TOTAL,
+    PLAN_INFO,
     PLAN_PHASE,
     PLAN_STEP_SECONDS,
     TRAIN_LAST_STEP_TIMESTAMP_SECONDS,
@@ -47,6 +50,9 @@ STALL_STEP_TIMES: Final = 10
 """Stalled: no step for this many step times (the larger of planned and measured)..."""
 STALL_MIN_SECONDS: Final = 600
 """...and at least this long."""
+
+CALIBRATION_DRIFT_RATIO: Final = 0.15
+"""CalibrationDrift: calibrated plans' measured step time this far from planned."""
 
 RESTART_STORM_FAILURES: Final = 3
 RESTART_STORM_WINDOW: Final = "1h"
@@ -228,6 +234,45 @@ def _budget_exhausted() -> AlertRule:
     )
 
 
+def calibrated_step_ratio() -> str:
+    """Measured over planned step time of the plans a ClusterCalibration corrected, by
+    calibration and GPU type (mean over their plans)."""
+    measured = series(PLAN_STEP_SECONDS, equals("source", "measured"))
+    planned = series(PLAN_STEP_SECONDS, equals("source", "planned"))
+    calibrated = series(PLAN_INFO, 'calibration!=""')
+    return (
+        f"avg by (calibration, gpu_type) ({measured} / ignoring (source) {planned}"
+        f" * {ON_PLAN} group_left (calibration, gpu_type) {calibrated})"
+    )
+
+
+def _calibration_drift() -> AlertRule:
+    ratio = calibrated_step_ratio()
+    return AlertRule(
+        alert="TrainplanCalibrationDrift",
+        expr=f"abs(({ratio}) - 1) > {CALIBRATION_DRIFT_RATIO}",
+        quantity=ratio,
+        for_="1h",
+        severity="warning",
+        summary=(
+            "Plans calibrated by {{ $labels.calibration }} ({{ $labels.gpu_type }}) run off"
+            " their calibration"
+        ),
+        description=(
+            "Their measured step time differs from the calibrated plans' by"
+            " {{ $value | humanizePercentage }} (more than"
+            f" {CALIBRATION_DRIFT_RATIO:.0%}) for an hour: the cluster"
+            " changed since its records (a degraded network or link, a driver or software"
+            " update, power capping)."
+        ),
+        action=(
+            "Compare the plans' step time on the trainplan dashboard (Cluster calibration"
+            " row) across nodes; find and fix the degraded component; if the change is"
+            " lasting, the next finished runs' records move the calibration to it."
+        ),
+    )
+
+
 def _operator_down(operator_job: str) -> AlertRule:
     up = f"{UP}{{{matches('job', operator_job)}}}"
     return AlertRule(
@@ -258,6 +303,7 @@ def alert_rules(operator_job: str = DEFAULT_OPERATOR_JOB) -> tuple[AlertRule, ..
         _restart_storm(),
         _budget_nearly_exhausted(),
         _budget_exhausted(),
+        _calibration_drift(),
         _operator_down(operator_job),
     )
 

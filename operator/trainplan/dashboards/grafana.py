@@ -41,6 +41,8 @@ from grafana_foundation_sdk.models.dashboard import (
 from trainplan.dashboards.promql import BY_PLAN, equals, matches, series
 from trainplan.runtime.schema import (
     BUDGET_GPU_HOURS,
+    CALIBRATION_RUNS,
+    CALIBRATION_STEP_SECONDS_FACTOR,
     GPU_MEMORY_TOTAL_BYTES,
     GPU_MEMORY_USED_BYTES,
     GPU_POWER_WATTS,
@@ -51,6 +53,7 @@ from trainplan.runtime.schema import (
     PLAN_FAILURES_TOTAL,
     PLAN_GPU_HOURS,
     PLAN_GPUS,
+    PLAN_INFO,
     PLAN_LOST_SECONDS,
     PLAN_MFU,
     PLAN_PROGRESS_RATIO,
@@ -295,12 +298,56 @@ def _rows() -> tuple[tuple[str, tuple[PanelSpec, ...]], ...]:
             8,
         ),
     )
+    measured = series(PLAN_STEP_SECONDS, *PLAN_FILTER, equals("source", "measured"))
+    planned = series(PLAN_STEP_SECONDS, *PLAN_FILTER, equals("source", "planned"))
+    info = series(PLAN_INFO, *PLAN_FILTER)
+    calibration = (
+        PanelSpec(
+            "timeseries",
+            "Measured / planned step time by GPU type",
+            "Mean over the chosen plans of measured over planned step time, by GPU type and "
+            "the ClusterCalibration that corrected them (none: the catalog's constants). "
+            "1 is a plan on target; a calibrated group far from 1 is what "
+            "TrainplanCalibrationDrift alerts on.",
+            (
+                Target(
+                    f"avg by (gpu_type, calibration) ({measured} / ignoring (source)"
+                    f" {planned} * on (namespace, plan) group_left (gpu_type, calibration)"
+                    f" {info})",
+                    "{{gpu_type}} {{calibration}}",
+                ),
+            ),
+            "short",
+            16,
+            8,
+        ),
+        PanelSpec(
+            "bargauge",
+            "Calibration factors",
+            "Each ClusterCalibration's step-time factor (measured over the catalog's "
+            "planned step time its finished runs support) and the runs it rests on.",
+            (
+                Target(
+                    series(CALIBRATION_STEP_SECONDS_FACTOR, matches("calibration", ".+")),
+                    "{{calibration}} ({{gpu_type}}) factor",
+                ),
+                Target(
+                    series(CALIBRATION_RUNS, matches("calibration", ".+")),
+                    "{{calibration}} ({{gpu_type}}) runs",
+                ),
+            ),
+            "short",
+            8,
+            8,
+        ),
+    )
     return (
         ("Progress", progress),
         ("Speed", speed),
         ("Failures", failures),
         ("GPUs", gpus),
         ("GPU-hours and budget", hours),
+        ("Cluster calibration", calibration),
     )
 
 

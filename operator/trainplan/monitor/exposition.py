@@ -24,6 +24,8 @@ from prometheus_client.registry import Collector
 from trainplan.api import Phase
 from trainplan.runtime.schema import (
     BUDGET_GPU_HOURS,
+    CALIBRATION_RUNS,
+    CALIBRATION_STEP_SECONDS_FACTOR,
     PLAN_DEADLINE_TIMESTAMP_SECONDS,
     PLAN_ESTIMATED_COMPLETION_TIMESTAMP_SECONDS,
     PLAN_ETA_SECONDS,
@@ -61,6 +63,8 @@ class PlanSnapshot:
     gpu_hours_projected: float | None = None
     deadline_timestamp_seconds: float | None = None
     lost_seconds: float | None = None
+    calibration: str = ""
+    """The ClusterCalibration that corrected the plan, empty for none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,15 @@ class BudgetFigures:
     remaining_gpu_hours: float
 
 
+@dataclass(frozen=True, slots=True)
+class CalibrationFigures:
+    """What a ClusterCalibration's records support, as last read or written."""
+
+    gpu_type: str
+    step_seconds_factor: float
+    runs: int
+
+
 @dataclass(eq=False)
 class PlanMetrics(Collector):
     """The latest snapshot of each plan (and figures of each budget), rendered on every
@@ -80,7 +93,12 @@ class PlanMetrics(Collector):
 
     _plans: dict[tuple[str, str], PlanSnapshot] = field(default_factory=dict)
     _budgets: dict[tuple[str, str], BudgetFigures] = field(default_factory=dict)
+    _calibrations: dict[str, CalibrationFigures] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record_calibration(self, name: str, figures: CalibrationFigures) -> None:
+        with self._lock:
+            self._calibrations[name] = figures
 
     def record_budget(self, namespace: str, name: str, figures: BudgetFigures) -> None:
         with self._lock:
@@ -102,6 +120,7 @@ class PlanMetrics(Collector):
         with self._lock:
             plans = dict(self._plans)
             budgets = dict(self._budgets)
+            calibrations = dict(self._calibrations)
         labels = ["namespace", "plan"]
         info = InfoMetricFamily(PLAN_INFO.name.removesuffix("_info"), PLAN_INFO.help, labels=labels)
         phase = StateSetMetricFamily(PLAN_PHASE.name, PLAN_PHASE.help, labels=labels)
@@ -130,7 +149,10 @@ class PlanMetrics(Collector):
         )
         for (namespace, name), snap in sorted(plans.items()):
             key = [namespace, name]
-            info.add_metric(key, {"gpu_type": snap.gpu_type, "layout": snap.layout})
+            info.add_metric(
+                key,
+                {"gpu_type": snap.gpu_type, "layout": snap.layout, "calibration": snap.calibration},
+            )
             if snap.phase:
                 phase.add_metric(key, {p: p == snap.phase for p in _PHASES})
             for spec_name, value in (
@@ -171,6 +193,20 @@ class PlanMetrics(Collector):
         yield failures
         yield hours
         yield _budget_family(budgets)
+        yield from _calibration_families(calibrations)
+
+
+def _calibration_families(calibrations: Mapping[str, CalibrationFigures]) -> Iterator[Metric]:
+    labels = list(CALIBRATION_RUNS.labels)
+    factor = GaugeMetricFamily(
+        CALIBRATION_STEP_SECONDS_FACTOR.name, CALIBRATION_STEP_SECONDS_FACTOR.help, labels=labels
+    )
+    runs = GaugeMetricFamily(CALIBRATION_RUNS.name, CALIBRATION_RUNS.help, labels=labels)
+    for name, figures in sorted(calibrations.items()):
+        factor.add_metric([name, figures.gpu_type], figures.step_seconds_factor)
+        runs.add_metric([name, figures.gpu_type], float(figures.runs))
+    yield factor
+    yield runs
 
 
 def _budget_family(budgets: Mapping[tuple[str, str], BudgetFigures]) -> Metric:

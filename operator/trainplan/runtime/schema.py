@@ -196,9 +196,10 @@ _PLAN_LABELS: Final = ("namespace", "plan")
 
 PLAN_INFO: Final = MetricSpec(
     "trainplan_plan_info",
-    "The plan of a TrainingPlan: GPU type and layout (value 1).",
+    "The plan of a TrainingPlan: GPU type, layout and the ClusterCalibration that corrected"
+    " it (empty for none) (value 1).",
     MetricType.INFO,
-    labels=(*_PLAN_LABELS, "gpu_type", "layout"),
+    labels=(*_PLAN_LABELS, "gpu_type", "layout", "calibration"),
 )
 PLAN_PHASE: Final = MetricSpec(
     "trainplan_plan_phase",
@@ -274,6 +275,20 @@ BUDGET_GPU_HOURS: Final = MetricSpec(
     labels=("namespace", "budget", "kind"),
 )
 
+CALIBRATION_STEP_SECONDS_FACTOR: Final = MetricSpec(
+    "trainplan_calibration_step_seconds_factor",
+    "Measured over the catalog's planned step time, as a ClusterCalibration's finished runs"
+    " support it: the factor its plans are corrected by.",
+    MetricType.GAUGE,
+    labels=("calibration", "gpu_type"),
+)
+CALIBRATION_RUNS: Final = MetricSpec(
+    "trainplan_calibration_runs",
+    "Finished runs a ClusterCalibration's corrections rest on.",
+    MetricType.GAUGE,
+    labels=("calibration", "gpu_type"),
+)
+
 OPERATOR_METRICS: Final = (
     PLAN_INFO,
     PLAN_PHASE,
@@ -288,6 +303,8 @@ OPERATOR_METRICS: Final = (
     PLAN_DEADLINE_TIMESTAMP_SECONDS,
     PLAN_LOST_SECONDS,
     BUDGET_GPU_HOURS,
+    CALIBRATION_STEP_SECONDS_FACTOR,
+    CALIBRATION_RUNS,
 )
 """The operator's series."""
 
