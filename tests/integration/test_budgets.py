@@ -115,15 +115,7 @@ async def test_admitted_plan_is_accounted_through_its_life(
     )
 
     # The Job completes: the interval closes at its completion, nothing stays committed.
-    await cluster.write_job_status(
-        job,
-        {
-            "active": 0,
-            "succeeded": 1,
-            "completionTime": "2026-11-22T01:00:00Z",
-            "conditions": [{"type": "Complete", "status": "True"}],
-        },
-    )
+    await cluster.complete_job(job, "2026-11-22T01:00:00Z")
     await cluster.wait_for_phase(name, "Succeeded")
     await cluster.wait_for(
         lambda: cluster.budget("team-a")["status"]["ledger"][0]["finished"], "the plan finished"

@@ -90,15 +90,7 @@ async def test_a_finished_run_adds_its_record(operator: OperatorProcess, cluster
             "gpuHours": {"used": 12.5},
         },
     )
-    await cluster.write_job_status(
-        job,
-        {
-            "active": 0,
-            "succeeded": 1,
-            "completionTime": "2026-11-25T01:00:00Z",
-            "conditions": [{"type": "Complete", "status": "True"}],
-        },
-    )
+    await cluster.complete_job(job, "2026-11-25T01:00:00Z")
     await cluster.wait_for_phase(name, "Succeeded")
     await cluster.wait_for(
         lambda: (

@@ -49,15 +49,7 @@ async def test_a_run_that_succeeds(operator: OperatorProcess, cluster: Cluster) 
     await cluster.write_job_status(job, {"active": 1, "startTime": "2026-11-25T00:00:00Z"})
     await cluster.wait_for_phase("wins", "Running")
     assert lifecycle(cluster, "wins") == {}
-    await cluster.write_job_status(
-        job,
-        {
-            "active": 0,
-            "succeeded": 1,
-            "completionTime": "2026-11-25T01:00:00Z",
-            "conditions": [{"type": "Complete", "status": "True"}],
-        },
-    )
+    await cluster.complete_job(job, "2026-11-25T01:00:00Z")
     await wait_condition(cluster, "wins", "Complete", "True")
     assert cluster.plan("wins")["status"]["phase"] == "Succeeded"
     assert set(lifecycle(cluster, "wins")) == {"Complete"}
