@@ -8,14 +8,16 @@ the search). What a row does not state is derived from its source, and said here
 - attention kernel: runs published before FlashAttention (Dao et al., May 2022) used
   the materialised-score kernel: Narayanan et al. 2021, Korthikanti et al. 2022, and
   the vTrain sweeps, which replay those Megatron-LM configurations. MosaicML's
-  llm-foundry tables and the LLaMA runs used fused attention.
+  llm-foundry tables and the LLaMA runs used fused attention, and so do torchtitan's
+  published runs (`source` starting "pytorch/torchtitan": PyTorch SDPA, flash backend).
 - sequence parallelism: on where the row's notes say so, else off.
 - interleaved pipeline: the chunk count where the notes give one; searched where they
   say "interleaved" without a count; otherwise one chunk.
 - the vTrain sweeps give no vocabulary; Megatron-LM's GPT default of 51,200 is used.
 - tied embeddings: Megatron-LM's GPT and MosaicML's MPT share the input and output
-  embedding matrices; LLaMA does not. `published_runs.csv` states both the attention
-  kernel and tied embeddings per row (`attention`, `tied_embeddings` columns).
+  embedding matrices; LLaMA (and the Llama 3.1 models of torchtitan's runs) does not.
+  `published_runs.csv` states both the attention kernel and tied embeddings per row
+  (`attention`, `tied_embeddings` columns).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from trainplan.planner.shapes import ModelShape
 DATA_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
 _PRE_FLASH_SOURCES = ("Narayanan", "Korthikanti", "vTrain")
 _VTRAIN_VOCAB = 51200
-_UNTIED_SOURCES = ("Touvron",)
+_UNTIED_SOURCES = ("Touvron", "pytorch/torchtitan")
 STEP_FIT_RUNS = frozenset({"llama1-7b", "llama1-65b"})
 """Whole runs the step-time constants are fitted to, priced as steady steps (goodput 1):
 LLaMA-1's Table 15 prices steady throughput (65B: 1.4T tokens at 380 tokens/s/GPU).
