@@ -27,7 +27,10 @@ GPU_NAMES = (
     "A100-SXM4-80GB",
     "A100-PCIE-80GB",
     "H100-SXM5-80GB",
+    "H100-PCIE-80GB",
     "H200-SXM-141GB",
+    "B200-SXM-180GB",
+    "L40S",
     "V100-SXM2-32GB",
     "P100-16GB",
     "K80",
@@ -125,6 +128,12 @@ def test_every_gpu_found_by_name_in_any_case(catalog: Catalog, name: str) -> Non
         ("NVIDIA-H100-80GB-HBM3", "H100-SXM5-80GB"),
         ("NVIDIA-H200", "H200-SXM-141GB"),
         ("h200-sxm", "H200-SXM-141GB"),
+        ("NVIDIA-H100-PCIe", "H100-PCIE-80GB"),
+        ("h100_pcie", "H100-PCIE-80GB"),
+        ("B200", "B200-SXM-180GB"),
+        ("NVIDIA-B200", "B200-SXM-180GB"),
+        ("l40s-48gb", "L40S"),
+        ("NVIDIA-L40S", "L40S"),
         ("Tesla-V100-SXM2-32GB", "V100-SXM2-32GB"),
         ("v100_32gb", "V100-SXM2-32GB"),
         ("P100-SXM2-16GB", "P100-16GB"),
@@ -230,10 +239,19 @@ def test_no_bf16_before_ampere(catalog: Catalog, name: str) -> None:
         gpu.peak_flops_for("bf16")
 
 
-def test_fp8_only_on_hopper(catalog: Catalog) -> None:
+def test_fp8_only_from_hopper_and_ada_on(catalog: Catalog) -> None:
     with_fp8 = {gpu.name for gpu in catalog.gpus if "fp8" in gpu.peak_flops}
-    hopper = {gpu.name for gpu in catalog.gpus if gpu.architecture == "hopper"}
-    assert with_fp8 == hopper == {"H100-SXM5-80GB", "H200-SXM-141GB"}
+    recent = {
+        gpu.name for gpu in catalog.gpus if gpu.architecture in {"hopper", "ada", "blackwell"}
+    }
+    assert with_fp8 == recent
+    assert with_fp8 == {
+        "H100-SXM5-80GB",
+        "H100-PCIE-80GB",
+        "H200-SXM-141GB",
+        "B200-SXM-180GB",
+        "L40S",
+    }
 
 
 def test_unsupported_precision_lists_what_the_gpu_has(catalog: Catalog) -> None:
