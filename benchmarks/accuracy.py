@@ -49,6 +49,8 @@ class Prediction:
     predicted: float
     baseline: float
     layout: str
+    in_fit: bool = True
+    """False for a row on GPUs other than its catalog entry (shown, never fitted)."""
 
     @property
     def error(self) -> float:
@@ -105,6 +107,7 @@ def _prediction(row: BenchmarkRow, choice: Evaluation | None) -> Prediction:
         predicted,
         baseline_step_seconds(row.workload, row.gpus),
         layout,
+        in_fit=row.on_catalog_hardware,
     )
 
 
@@ -257,11 +260,20 @@ def _markdown_predictions(title: str, predictions: list[Prediction], unit: str) 
 def report(catalog: Catalog) -> str:
     """The accuracy section of BENCHMARKS.md, as markdown."""
     calibration = catalog.calibration
+    predictions = predict_benchmarks(catalog, calibration)
     lines = _markdown_predictions(
         "Step time, published_benchmarks.csv (every pin of the row applied)",
-        predict_benchmarks(catalog, calibration),
+        [p for p in predictions if p.in_fit],
         "s",
     )
+    off_catalog = [p for p in predictions if not p.in_fit]
+    if off_catalog:
+        lines += _markdown_predictions(
+            "Step time on GPUs unlike their catalog entry (torchtitan on Grand Teton H100,"
+            " priced as H100-SXM5-80GB; never fitted)",
+            off_catalog,
+            "s",
+        )
     runs = []
     for row in run_rows(catalog):
         if row.row_id not in STEP_FIT_RUNS:

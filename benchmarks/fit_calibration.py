@@ -113,7 +113,7 @@ def residuals(
     errors = [
         math.log(p.predicted / p.measured) if math.isfinite(p.predicted) else 3.0
         for p in predict_benchmarks(catalog, calibration)
-        if p.row_id not in held_out
+        if p.row_id not in held_out and p.in_fit
     ]
     by_model: dict[str, list[float]] = defaultdict(list)
     for row, predicted in predict_sweeps(catalog, calibration):

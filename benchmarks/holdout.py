@@ -51,7 +51,7 @@ def groups(catalog: Catalog) -> dict[str, frozenset[str]]:
         elif row.source.startswith("Korthikanti"):
             key = "Korthikanti et al. 2022"
         elif row.source.startswith("pytorch/torchtitan"):
-            key = f"torchtitan {row.workload.gpu.name}"
+            key = "torchtitan, Grand Teton H100 (never fitted)"
         else:
             key = f"MosaicML {row.workload.gpu.name}"
         result.setdefault(key, set()).add(row.row_id)

@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from trainplan.planner.catalog import Catalog
 from trainplan.planner.layout import AttentionKernel, Checkpointing, Workload
@@ -38,6 +38,11 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
 _PRE_FLASH_SOURCES = ("Narayanan", "Korthikanti", "vTrain")
 _VTRAIN_VOCAB = 51200
 _UNTIED_SOURCES = ("Touvron", "pytorch/torchtitan")
+OFF_CATALOG_SOURCES: Final = ("pytorch/torchtitan",)
+"""Sources whose GPUs differ from the catalog entry they are priced on: torchtitan's H100
+runs used Meta's Grand Teton H100 (96 GB HBM2e at 2.4 TB/s, 500 W power limit, a peak
+"between SXM and NVL" that its footnote does not give), priced as H100-SXM5-80GB (HBM3 at
+3.35 TB/s, 700 W). Such rows are shown and held out, never fitted."""
 STEP_FIT_RUNS = frozenset({"llama1-7b", "llama1-65b"})
 """Whole runs the step-time constants are fitted to, priced as steady steps (goodput 1):
 LLaMA-1's Table 15 prices steady throughput (65B: 1.4T tokens at 380 tokens/s/GPU).
@@ -55,6 +60,11 @@ class BenchmarkRow:
     pins: LayoutPins
     measured_step_seconds: float
     measured_mfu: float | None
+
+    @property
+    def on_catalog_hardware(self) -> bool:
+        """Whether the row ran on the GPU its catalog entry describes (`OFF_CATALOG_SOURCES`)."""
+        return not self.source.startswith(OFF_CATALOG_SOURCES)
 
 
 @dataclass(frozen=True, slots=True)

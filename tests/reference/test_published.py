@@ -58,14 +58,31 @@ def test_every_benchmark_row_has_a_feasible_pinned_layout(
 
 def test_each_benchmark_row_within_tolerance(benchmark_predictions: list[Prediction]) -> None:
     misses = {
-        p.row_id: f"{p.error:+.1%}" for p in benchmark_predictions if abs(p.error) > ROW_TOLERANCE
+        p.row_id: f"{p.error:+.1%}"
+        for p in benchmark_predictions
+        if p.in_fit and abs(p.error) > ROW_TOLERANCE
     }
     assert misses == {}
 
 
 def test_mean_absolute_error_of_benchmarks(benchmark_predictions: list[Prediction]) -> None:
-    errors = [abs(p.error) for p in benchmark_predictions]
+    errors = [abs(p.error) for p in benchmark_predictions if p.in_fit]
     assert sum(errors) / len(errors) <= MEAN_TOLERANCE
+
+
+def test_rows_on_other_hardware_are_shown_not_fitted(
+    benchmark_predictions: list[Prediction],
+) -> None:
+    """torchtitan's Grand Teton H100s (500 W, HBM2e at 2.4 TB/s) are slower than the
+    H100-SXM5-80GB entry they are priced on: every such row is predicted faster than it
+    ran, and none is fitted (`reference_data.OFF_CATALOG_SOURCES`)."""
+    off = [p for p in benchmark_predictions if not p.in_fit]
+    assert {p.row_id for p in off} == {
+        "titan-h100-8b-fsdp8-tp8",
+        "titan-h100-70b-fsdp32-tp8",
+        "titan-h100-405b-fsdp16-tp8",
+    }
+    assert all(-0.35 < p.error < 0 for p in off), {p.row_id: p.error for p in off}
 
 
 def test_planner_beats_the_six_n_d_baseline(benchmark_predictions: list[Prediction]) -> None:

@@ -256,3 +256,13 @@ def test_the_crd_is_cluster_scoped_with_its_columns() -> None:
         "properties"
     ]["records"]
     assert record["maxItems"] == 1000
+
+
+def test_the_eta_starts_from_the_clusters_failure_rate(catalog: Catalog) -> None:
+    from trainplan.eta.facts import plan_facts
+
+    fit = fit_cluster(runs(4, interruptions=40), catalog.calibration)
+    cluster = ClusterEvidence("a100-east", 1, "A100-SXM4-80GB", fit)
+    facts = plan_facts(plan(spec(), catalog, cluster=cluster))
+    assert facts.interruptions_per_gpu_hour == pytest.approx(fit.interruptions_per_gpu_hour)
+    assert fit.interruptions_per_gpu_hour > 3 * catalog.calibration.interruptions_per_gpu_hour
