@@ -9,6 +9,7 @@ writes that status onto the version it read, reading again after a concurrent wr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from datetime import datetime
@@ -165,7 +166,10 @@ async def record_finished_run(context: ControllerContext, plan_document: Mapping
         document = await api.get(API_VERSION, CLUSTER_CALIBRATION_KIND, "", name)
         if document is None:
             return
-        status = status_with_record(document, record, context.catalog.calibration, now)
+        # Up to `MAX_RECORDS` records to validate and refit: off the event loop.
+        status = await asyncio.to_thread(
+            status_with_record, document, record, context.catalog.calibration, now
+        )
         if status is None:
             return
         try:
