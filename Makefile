@@ -38,8 +38,16 @@ static: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The tiers without processes or servers run on two workers (pytest-xdist); the tiers
+# that start the operator, Prometheus, torchrun and trainers run one test at a time, as
+# their waits are bounded in wall time. Every directory of tests/ is in one of the two
+# (tests/unit/test_test_tiers.py); a plain `pytest` runs them all, in one process.
+PURE_TESTS := tests/unit tests/reference tests/contract tests/chart tests/golden
+PROCESS_TESTS := tests/integration tests/local tests/runtime
+
 unit: setup system
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 $(PURE_TESTS)
+	$(BIN)/pytest $(PROCESS_TESTS)
 
 # pytest exits 5 when it collects no test; make treats that as a failure.
 test: static unit

@@ -370,7 +370,7 @@ async def test_a_plan_without_a_namespace_is_not_judged_in_default(webhook: Webh
         assert budget not in message
 
 
-REVIEWS = 60
+REVIEWS = 20
 """Reviews of made-up objects per kind in the state test: each would leave a memory."""
 
 
