@@ -56,6 +56,7 @@ class ControllerContext:
     """The running plans' ETA trackers (made with the context, from `config`)."""
     _api: KubernetesApi | None = field(default=None, repr=False)
     _metrics_server: Any = field(default=None, repr=False)
+    _closed: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         self.revisions = EtaRevisions(config=self.config)
@@ -74,6 +75,9 @@ class ControllerContext:
         """The API client for the current login (made on first use)."""
         if self.connection is None:
             raise RuntimeError("the operator has not logged in to the API server yet")
+        if self._closed:
+            # A handler still running as the operator stops: a new client would never close.
+            raise RuntimeError("the operator is stopping")
         if self._api is None:
             self._api = KubernetesApi(self.connection)
         return self._api
@@ -86,6 +90,9 @@ class ControllerContext:
         self.connection = connection
 
     async def close(self) -> None:
+        """Close the API client, the scrape session and the metrics server; from now on
+        `api()` and the revisions' session refuse (no client is made that nothing closes)."""
+        self._closed = True
         await self.revisions.close()
         if self._api is not None:
             await self._api.close()

@@ -268,9 +268,13 @@ class EtaRevisions:
     config: OperatorConfig
     trackers: dict[tuple[str, str], PlanTracker] = field(default_factory=dict)
     _session: aiohttp.ClientSession | None = field(default=None, repr=False)
+    _closed: bool = field(default=False, repr=False)
 
     def session(self) -> aiohttp.ClientSession:
-        """The shared scrape session (made on first use, inside the operator's loop)."""
+        """The shared scrape session (made on first use, inside the operator's loop);
+        RuntimeError once closed (a revision still running as the operator stops)."""
+        if self._closed:
+            raise RuntimeError("the operator is stopping")
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
         return self._session
@@ -291,6 +295,7 @@ class EtaRevisions:
         self.trackers.pop((namespace, name), None)
 
     async def close(self) -> None:
+        self._closed = True
         if self._session is not None:
             await self._session.close()
             self._session = None
