@@ -283,6 +283,7 @@ def full_status() -> TrainingPlanStatus:
             tokens=1200.0 * chosen.tokens_per_step,
             measured_step_seconds=chosen.step_seconds * 1.05,
             measured_mfu=chosen.mfu * 0.95,
+            measured_checkpoint_seconds=48.0,
             last_step_time=NOW + timedelta(hours=3),
         ),
         progress_percentage=7,

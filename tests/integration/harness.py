@@ -568,6 +568,8 @@ class TrainingPod:
         """The global tokens of one step (set to the plan's, as a real trainer reports)."""
         self.page: str | None = None
         """When set, served as is instead of the training series (a hostile pod)."""
+        self.checkpoint_seconds: tuple[float, ...] = ()
+        """Seconds of each checkpoint written, served as the checkpoint-time histogram."""
 
     async def metrics(self, _: web.Request) -> web.Response:
         if not self.healthy:
@@ -579,8 +581,21 @@ class TrainingPod:
                 "# TYPE trainplan_train_step gauge\n"
                 f"trainplan_train_step {self.step}\n"
                 "# TYPE trainplan_train_tokens gauge\n"
-                f"trainplan_train_tokens {self.step * self.tokens_per_step}\n" + self._gpu_series()
+                f"trainplan_train_tokens {self.step * self.tokens_per_step}\n"
+                + self._checkpoint_series()
+                + self._gpu_series()
             )
+        )
+
+    def _checkpoint_series(self) -> str:
+        if not self.checkpoint_seconds:
+            return ""
+        count, total = len(self.checkpoint_seconds), sum(self.checkpoint_seconds)
+        return (
+            "# TYPE trainplan_train_checkpoint_seconds histogram\n"
+            f'trainplan_train_checkpoint_seconds_bucket{{le="+Inf"}} {count}\n'
+            f"trainplan_train_checkpoint_seconds_count {count}\n"
+            f"trainplan_train_checkpoint_seconds_sum {total}\n"
         )
 
     def _gpu_series(self) -> str:

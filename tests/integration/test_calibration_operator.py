@@ -82,11 +82,17 @@ async def test_a_finished_run_adds_its_record(operator: OperatorProcess, cluster
     await cluster.write_job_status(job, {"active": 1, "startTime": "2026-11-25T00:00:00Z"})
     await cluster.wait_for_phase(name, "Running")
     measured = planned["stepSeconds"] * 1.1  # steady, as the ETA loop measured it
+    redone_seconds = planned["reliability"]["checkpointIntervalSteps"] * measured / 2
+    lost_seconds = 2 * (redone_seconds + 400.0)  # two interruptions of 400 s and redone work
     await cluster.write_plan_status(
         name,
         {
-            "progress": {"step": 400, "measuredStepSeconds": measured},
-            "failures": {"count": 2},
+            "progress": {
+                "step": 400,
+                "measuredStepSeconds": measured,
+                "measuredCheckpointSeconds": 30.0,
+            },
+            "failures": {"count": 2, "lostSeconds": lost_seconds},
             "gpuHours": {"used": 12.5},
         },
     )
@@ -107,6 +113,8 @@ async def test_a_finished_run_adds_its_record(operator: OperatorProcess, cluster
     assert record["plannedStepSeconds"] == pytest.approx(planned["stepSeconds"] / factor)
     assert record["interruptions"] == 2
     assert record["gpuHours"] == 12.5
+    assert record["restartSeconds"] == pytest.approx(400.0)
+    assert record["checkpointSeconds"] == 30.0
     assert status["runs"] == 4
     (condition,) = status["conditions"]
     assert condition["type"] == "Calibrated"

@@ -64,6 +64,7 @@ async def test_eta_follows_metrics_failures_and_scrape_errors(
     pod.tokens_per_step = status["plan"]["tokensPerStep"]
 
     pod.step = 100
+    pod.checkpoint_seconds = (20.0, 30.0)
     await cluster.wait_for(
         lambda: _status(cluster, name).get("progress", {}).get("step") == 100,
         "progress to reach step 100",
@@ -72,6 +73,7 @@ async def test_eta_follows_metrics_failures_and_scrape_errors(
     total = status["plan"]["totalSteps"]
     assert status["progress"]["totalSteps"] == total
     assert status["progress"]["tokens"] == 100 * pod.tokens_per_step
+    assert status["progress"]["measuredCheckpointSeconds"] == 25.0
     assert status["progressPercentage"] == int(100 / total * 100)
     assert status["estimatedRemainingSeconds"] > 0
     assert status["estimatedCompletionRange"]["earliest"] <= status["estimatedCompletionTime"]

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from trainplan.api import TrainingPlanSpec
+from tests.contract.crd_schema import committed_crd, validator_for
+from trainplan.api import CalibrationRecord, ClusterCalibration, TrainingPlanSpec
 from trainplan.controller.calibration import (
     RECORD_MIN_STEPS,
     finished_run_record,
     status_with_record,
 )
 from trainplan.planner import Catalog, plan
-from trainplan.planner.cluster_fit import ClusterEvidence, RunRecord, fit_cluster
+from trainplan.planner.cluster_fit import (
+    ClusterEvidence,
+    RunRecord,
+    cluster_evidence,
+    fit_cluster,
+    run_records,
+)
 
 NOW = datetime(2026, 11, 25, 12, tzinfo=UTC)
 SPEC = {
@@ -31,8 +39,12 @@ def status(catalog: Catalog, step: int = 500, cluster: ClusterEvidence | None = 
         "phase": "Succeeded",
         "plan": planned.to_document(),
         "completionTime": "2026-11-25T10:00:00Z",
-        "progress": {"step": step, "measuredStepSeconds": planned.step_seconds * 1.2},
-        "failures": {"count": 3},
+        "progress": {
+            "step": step,
+            "measuredStepSeconds": planned.step_seconds * 1.2,
+            "measuredCheckpointSeconds": 12.5,
+        },
+        "failures": {"count": 3, "lostSeconds": 3 * 6000.0},
         "gpuHours": {"used": 40.0},
     }
 
@@ -63,12 +75,27 @@ def test_a_steady_run_is_recorded_with_the_catalogs_planned_step(catalog: Catalo
     assert record.finished == datetime(2026, 11, 25, 10, tzinfo=UTC)
     assert record.measured_step_seconds == pytest.approx(record.planned_step_seconds * 1.2)
     assert (record.interruptions, record.gpu_hours, record.gpus) == (3, 40.0, 8)
+    # 6,000 s lost per interruption, less half a checkpoint interval of redone steps.
+    planned = status(catalog)["plan"]
+    redone = planned["reliability"]["checkpointIntervalSteps"] * record.measured_step_seconds / 2
+    assert 0 < redone < 6000
+    assert record.restart_seconds == pytest.approx(6000 - redone)
+    assert record.checkpoint_seconds == 12.5
     # A plan that a ClusterCalibration corrected records the catalog's step time.
     fit = fit_cluster([RunRecord(2.0, 2.6, 100.0, 0)] * 3, catalog.calibration)
     corrected = status(catalog, cluster=ClusterEvidence("fleet", 1, "A100-SXM4-80GB", fit))
     again = finished_run_record("team-a", "run", corrected, NOW)
     assert again is not None
     assert again.planned_step_seconds == pytest.approx(record.planned_step_seconds)
+
+
+def test_a_run_without_interruptions_or_checkpoints_measures_neither(catalog: Catalog) -> None:
+    document = status(catalog)
+    document["failures"] = {"count": 0, "lostSeconds": 0}
+    del document["progress"]["measuredCheckpointSeconds"]
+    record = finished_run_record("team-a", "run", document, NOW)
+    assert record is not None
+    assert (record.restart_seconds, record.checkpoint_seconds) == (None, None)
 
 
 @pytest.mark.parametrize("broken", ["few-steps", "no-measurement", "invalid"])
@@ -95,9 +122,50 @@ def test_the_record_is_added_once_and_the_fit_recomputed(catalog: Catalog) -> No
     assert status_with_record(stored, record, catalog.calibration, NOW) is None  # repeated
 
 
-def test_the_oldest_records_are_dropped_beyond_max_records(catalog: Catalog) -> None:
+def test_the_oldest_records_are_folded_beyond_max_records(catalog: Catalog) -> None:
     record = finished_run_record("team-a", "run", status(catalog), NOW)
     assert record is not None
     new = status_with_record(calibration(3, max_records=3), record, catalog.calibration, NOW)
     assert new is not None
     assert [r["plan"] for r in new["records"]] == ["team-a/old-1", "team-a/old-2", "team-a/run"]
+    assert new["folded"]["runs"] == 1
+    assert new["folded"]["interruptions"] == 1
+    assert new["runs"] == 4
+
+
+def test_folded_records_count_as_if_they_were_kept(catalog: Catalog) -> None:
+    """Twenty runs added one at a time to a resource keeping 4 fit as the twenty do
+    together: the factor and range within a fraction of a percent, the failure posterior
+    exactly (every interruption and GPU-hour counts)."""
+    prior = catalog.calibration
+    document = calibration(0, max_records=4)
+    runs = []
+    for i in range(20):
+        ratio = 1.25 * (1.0 + 0.04 * math.sin(i))  # a cluster 25% slow, 4% run-to-run
+        runs.append(RunRecord(2.0, 2.0 * ratio, 50.0 + i, i % 3))
+        added = CalibrationRecord(
+            plan=f"team-a/run-{i}",
+            finished=NOW,
+            gpus=8,
+            planned_step_seconds=2.0,
+            measured_step_seconds=2.0 * ratio,
+            gpu_hours=50.0 + i,
+            interruptions=i % 3,
+        )
+        new = status_with_record(document, added, prior, NOW)
+        assert new is not None
+        document = {**document, "status": new}
+    assert len(document["status"]["records"]) == 4
+    validator = validator_for(committed_crd("clustercalibrations"), "status")
+    assert list(validator.iter_errors(document["status"])) == []
+    stored = cluster_evidence(ClusterCalibration.model_validate(document), prior).fit
+    whole = fit_cluster(runs, prior)
+    assert stored.runs == whole.runs == 20
+    assert stored.step_seconds_factor == pytest.approx(whole.step_seconds_factor, rel=0.002)
+    assert stored.step_seconds_ratio_p90 == pytest.approx(whole.step_seconds_ratio_p90, rel=0.01)
+    assert stored.interruptions_alpha == whole.interruptions_alpha
+    assert stored.interruptions_beta_gpu_hours == pytest.approx(whole.interruptions_beta_gpu_hours)
+    # Without the folded sums, the last four runs alone would be a weaker fit.
+    kept = fit_cluster(run_records(ClusterCalibration.model_validate(document)), prior)
+    assert kept.runs == 4
+    assert kept.step_seconds_ratio_p90 > stored.step_seconds_ratio_p90

@@ -112,6 +112,33 @@ def test_gpu_usage_is_reported_when_gpus_report() -> None:
     assert list(validator.iter_errors(update.status)) == []
 
 
+def test_the_measured_checkpoint_time_is_reported_and_kept_until_measured_again() -> None:
+    def update(current: dict[str, object], seconds: float | None) -> dict[str, object]:
+        progress = progress_update(
+            _estimate(40),
+            FailureLedger(),
+            current,
+            tokens=None,
+            last_step_time=None,
+            metrics_error=None,
+            checkpoint_seconds=seconds,
+            generation=1,
+            now=NOW,
+        ).status["progress"]
+        assert isinstance(progress, dict)
+        return progress
+
+    first = update({}, 42.5)
+    assert first["measuredCheckpointSeconds"] == 42.5
+    # After a restart no checkpoint is written yet: the last measured time stays.
+    assert update({"progress": first}, None)["measuredCheckpointSeconds"] == 42.5
+    # What the status held is input: garbage there is dropped, not carried.
+    for garbage in ("42", -1, float("nan"), True):
+        assert "measuredCheckpointSeconds" not in update(
+            {"progress": {"measuredCheckpointSeconds": garbage}}, None
+        )
+
+
 def test_events_only_on_transitions_and_scrape_failures_are_reported() -> None:
     first = progress_update(
         _estimate(40),

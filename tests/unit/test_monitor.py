@@ -30,6 +30,9 @@ def _exposition() -> str:
     histogram = Histogram("trainplan_train_step_seconds", "", registry=registry)
     for seconds in (0.5, 0.7):
         histogram.observe(seconds)
+    checkpoints = Histogram("trainplan_train_checkpoint_seconds", "", registry=registry)
+    for seconds in (40.0, 50.0):
+        checkpoints.observe(seconds)
     util = Gauge("trainplan_gpu_utilization_ratio", "", ["gpu"], registry=registry)
     util.labels("0").set(0.9)
     util.labels("1").set(0.8)
@@ -48,10 +51,23 @@ def test_parse_reads_every_trainplan_series() -> None:
     assert metrics.checkpoint_step == 100
     assert metrics.step_seconds_count == 2
     assert metrics.step_seconds_sum == pytest.approx(1.2)
+    assert metrics.mean_checkpoint_seconds == pytest.approx(45.0)
     assert [(g.gpu, g.utilization_ratio, g.power_watts) for g in metrics.gpus] == [
         ("0", 0.9, 350.0),
         ("1", 0.8, None),
     ]
+
+
+def test_no_checkpoint_yet_has_no_mean_and_a_negative_sum_is_dropped() -> None:
+    page = "trainplan_train_step 5\ntrainplan_train_checkpoint_seconds_count 0\n"
+    assert parse_metrics(page).mean_checkpoint_seconds is None
+    page = (
+        "trainplan_train_step 5\ntrainplan_train_checkpoint_seconds_count 2\n"
+        "trainplan_train_checkpoint_seconds_sum -3\n"
+    )
+    metrics = parse_metrics(page)
+    assert metrics.mean_checkpoint_seconds is None
+    assert metrics.rejected == ("trainplan_train_checkpoint_seconds_sum",)
 
 
 def test_a_node_without_training_series() -> None:

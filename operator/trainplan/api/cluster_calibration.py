@@ -26,6 +26,9 @@ _INTERRUPTIONS_MAX: Final = 10_000_000
 _NAME_MAX_LENGTH: Final = 253
 _PLAN_REFERENCE_MAX_LENGTH: Final = 2 * _NAME_MAX_LENGTH + 1
 _LAYOUT_MAX_LENGTH: Final = 200
+_FOLDED_RUNS_MAX: Final = 1_000_000_000
+_FOLDED_LOG_RATIO_MAX: Final = 1.0e11
+"""Folded runs times the largest log ratio of bounded step times (ln 1e7 / 1e-7 < 40)."""
 
 
 class CalibrationRecord(ApiModel):
@@ -62,11 +65,51 @@ class CalibrationRecord(ApiModel):
         0, ge=0, le=_INTERRUPTIONS_MAX, description="Interruptions (restarts) of the run."
     )
     restart_seconds: float | None = Field(
-        None, ge=0, le=_SECONDS_MAX, description="Median seconds from interruption to training."
+        None,
+        ge=0,
+        le=_SECONDS_MAX,
+        description=(
+            "Mean seconds from an interruption to training again: the time lost per"
+            " interruption less half a checkpoint interval of redone steps."
+        ),
     )
     checkpoint_seconds: float | None = Field(
-        None, ge=0, le=_SECONDS_MAX, description="Median seconds to write a checkpoint."
+        None, ge=0, le=_SECONDS_MAX, description="Mean seconds to write a checkpoint."
     )
+
+
+class FoldedRecords(ApiModel):
+    """Records dropped beyond `spec.maxRecords`, kept as the sums the fit needs (written by
+    the operator; every figure bounded)."""
+
+    runs: int = Field(0, ge=0, le=_FOLDED_RUNS_MAX, description="Records folded.")
+    weight_sum: float = Field(
+        0.0, ge=0, le=_FOLDED_RUNS_MAX, description="Sum of their outlier weights (0 to 1 each)."
+    )
+    weighted_log_ratio_sum: float = Field(
+        0.0,
+        ge=-_FOLDED_LOG_RATIO_MAX,
+        le=_FOLDED_LOG_RATIO_MAX,
+        description="Sum of weight x ln(measured / planned step time).",
+    )
+    squares: float = Field(
+        0.0,
+        ge=0,
+        le=_FOLDED_LOG_RATIO_MAX**2,
+        description="Sum of squared weighted residuals of the log ratio about their mean.",
+    )
+    gpu_hours: float = Field(
+        0.0, ge=0, le=_GPU_HOURS_MAX, alias="gpuHours", description="Their GPU-hours."
+    )
+    interruptions: int = Field(0, ge=0, le=_INTERRUPTIONS_MAX, description="Their interruptions.")
+    restart_seconds: float | None = Field(
+        None, ge=0, le=_SECONDS_MAX, description="Mean restart seconds of those measuring it."
+    )
+    restart_runs: int = Field(0, ge=0, le=_FOLDED_RUNS_MAX, description="Runs measuring it.")
+    checkpoint_seconds: float | None = Field(
+        None, ge=0, le=_SECONDS_MAX, description="Mean checkpoint seconds of those measuring it."
+    )
+    checkpoint_runs: int = Field(0, ge=0, le=_FOLDED_RUNS_MAX, description="Runs measuring it.")
 
 
 class ClusterCalibrationSpec(ApiModel):
@@ -76,7 +119,10 @@ class ClusterCalibrationSpec(ApiModel):
         min_length=1, max_length=_NAME_MAX_LENGTH, description="Catalog GPU name."
     )
     max_records: int = Field(
-        100, ge=1, le=MAX_RECORDS, description="Records kept; the oldest are dropped."
+        100,
+        ge=1,
+        le=MAX_RECORDS,
+        description="Records kept; older ones are folded into status.folded.",
     )
 
 
@@ -86,7 +132,10 @@ class ClusterCalibrationStatus(ApiModel):
     records: tuple[CalibrationRecord, ...] = Field(
         (), max_length=MAX_RECORDS, description="Finished runs, oldest first."
     )
-    runs: int = Field(0, ge=0, description="Records the corrections rest on.")
+    folded: FoldedRecords | None = Field(
+        None, description="Records dropped beyond maxRecords, kept as sums the fit uses."
+    )
+    runs: int = Field(0, ge=0, description="Records the corrections rest on, folded ones too.")
     step_seconds_factor: float | None = Field(
         None, gt=0, description="Measured / planned step time the plans are corrected by."
     )

@@ -108,6 +108,12 @@ class Progress(ApiModel):
     measured_mfu: float | None = Field(
         None, ge=0, alias="measuredMFU", description="Measured model FLOPs utilisation."
     )
+    measured_checkpoint_seconds: float | None = Field(
+        None,
+        ge=0,
+        le=1.0e7,
+        description="Mean seconds the training loop spent writing a checkpoint.",
+    )
     last_step_time: AwareDatetime | None = Field(None, description="When the last step completed.")
 
 

@@ -2,7 +2,7 @@
 
 `finished_run_record` and `status_with_record` are pure: what a succeeded plan's status
 says it planned and measured, and the ClusterCalibration status with that record added
-(oldest records dropped beyond `spec.maxRecords`, the fit's figures and a `Calibrated`
+(records beyond `spec.maxRecords` folded into `status.folded`, the fit's figures and a `Calibrated`
 condition recomputed from the records). `record_finished_run` reads the resource and
 writes that status onto the version it read, reading again after a concurrent write.
 """
@@ -28,12 +28,20 @@ from trainplan.api import (
     TrainingPlanStatus,
     format_count,
 )
+from trainplan.api.cluster_calibration import FoldedRecords
 from trainplan.cluster import ResourceVersionConflictError
 from trainplan.controller.conditions import make_condition, merge_conditions
 from trainplan.controller.context import ControllerContext
 from trainplan.monitor.exposition import CalibrationFigures
 from trainplan.planner import Calibration
-from trainplan.planner.cluster_fit import cluster_evidence
+from trainplan.planner.cluster_fit import (
+    FoldedEvidence,
+    cluster_evidence,
+    fold,
+    folded_evidence,
+    record_weights,
+    run_records,
+)
 
 RECORD_MIN_STEPS: Final = 20
 """Steps a run must have completed before its measured step time counts: the ETA's
@@ -43,6 +51,15 @@ CALIBRATED: Final = "Calibrated"
 _WRITE_ATTEMPTS: Final = 5
 
 _log = logging.getLogger(__name__)
+
+
+def measured_restart_seconds(lost_seconds_per_interruption: float, work_seconds: float) -> float:
+    """The restart cost R a run measured. The ETA counts each interruption's cost as the
+    time from the interruption until the run regains the step it had reached, which the
+    planner's reliability model prices as R + W / 2 (W the work between checkpoints, of
+    which half is redone on average: `planner.reliability`, after Young 1974 and Daly
+    2006), so R = cost - W / 2, at least 0."""
+    return min(max(0.0, lost_seconds_per_interruption - work_seconds / 2.0), 1.0e7)
 
 
 def finished_run_record(
@@ -61,6 +78,14 @@ def finished_run_record(
     if progress.step < RECORD_MIN_STEPS:
         return None
     factor = plan.calibration.step_seconds_factor if plan.calibration is not None else 1.0
+    failures = status.failures
+    interruptions = failures.count if failures is not None else 0
+    restart_seconds = None
+    if failures is not None and interruptions > 0 and failures.lost_seconds > 0:
+        restart_seconds = measured_restart_seconds(
+            failures.lost_seconds / interruptions,
+            plan.reliability.checkpoint_interval_steps * progress.measured_step_seconds,
+        )
     try:
         return CalibrationRecord(
             plan=f"{namespace}/{name}",
@@ -70,7 +95,9 @@ def finished_run_record(
             planned_step_seconds=plan.step_seconds / factor,
             measured_step_seconds=progress.measured_step_seconds,
             gpu_hours=status.gpu_hours.used if status.gpu_hours is not None else 0.0,
-            interruptions=status.failures.count if status.failures is not None else 0,
+            interruptions=interruptions,
+            restart_seconds=restart_seconds,
+            checkpoint_seconds=progress.measured_checkpoint_seconds,
         )
     except ValidationError:
         return None
@@ -88,9 +115,29 @@ def status_with_record(
     current = resource.status.records if resource.status is not None else ()
     if any(r.plan == record.plan and r.finished == record.finished for r in current):
         return None
-    records = (*current, record)[-resource.spec.max_records :]
+    everything = (*current, record)
+    records = everything[-resource.spec.max_records :]
     status = resource.status or ClusterCalibrationStatus()
-    updated = resource.model_copy(update={"status": status.model_copy(update={"records": records})})
+    # Records beyond maxRecords are folded into the sums the fit keeps, with the weights
+    # they had among all the records.
+    every_run = run_records(
+        resource.model_copy(
+            update={
+                "spec": resource.spec.model_copy(update={"max_records": len(everything)}),
+                "status": status.model_copy(update={"records": everything}),
+            }
+        )
+    )
+    dropped = len(everything) - len(records)
+    weights = record_weights(every_run)
+    folded = fold(folded_evidence(resource), every_run[:dropped], weights[:dropped])
+    updated = resource.model_copy(
+        update={
+            "status": status.model_copy(
+                update={"records": records, "folded": folded_records(folded)}
+            )
+        }
+    )
     fit = cluster_evidence(updated, prior).fit
     message = (
         f"{format_count(fit.runs, 'run')}; step time x {fit.step_seconds_factor:.3f} of the"
@@ -107,7 +154,7 @@ def status_with_record(
         now=now,
         generation=resource.metadata.generation,
     )
-    return {
+    written: dict[str, Any] = {
         "records": [r.to_document() for r in records],
         "runs": fit.runs,
         "stepSecondsFactor": fit.step_seconds_factor,
@@ -120,6 +167,28 @@ def status_with_record(
         "checkpointSeconds": fit.checkpoint_seconds,
         "conditions": merge_conditions(previous, [condition]),
     }
+    kept_folded = folded_records(folded)
+    if kept_folded is not None:
+        written["folded"] = kept_folded.to_document()
+    return written
+
+
+def folded_records(folded: FoldedEvidence) -> FoldedRecords | None:
+    """The status field of `folded` (None when nothing is folded)."""
+    if not folded.runs:
+        return None
+    return FoldedRecords(
+        runs=folded.runs,
+        weight_sum=folded.weight_sum,
+        weighted_log_ratio_sum=folded.weighted_log_ratio_sum,
+        squares=folded.squares,
+        gpu_hours=folded.gpu_hours,
+        interruptions=folded.interruptions,
+        restart_seconds=folded.restart_seconds,
+        restart_runs=folded.restart_runs,
+        checkpoint_seconds=folded.checkpoint_seconds,
+        checkpoint_runs=folded.checkpoint_runs,
+    )
 
 
 def note_calibration(context: ControllerContext, plan_document: Any) -> None:

@@ -57,6 +57,13 @@ def _amount(value: float) -> float:
     return min(FLOAT_MAX, max(0.0, value)) if not math.isnan(value) else 0.0
 
 
+def _known_amount(value: Any) -> float | None:
+    """A non-negative number the status held (it is input: anything else is None)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
 def _was_true(current: Mapping[str, Any], condition_type: str) -> bool:
     for condition in current.get("conditions", []) or []:
         if condition.get("type") == condition_type:
@@ -118,10 +125,13 @@ def progress_update(
     metrics_error: str | None,
     gpus: GpuUsage | None = None,
     dropped_series: tuple[str, ...] = (),
+    checkpoint_seconds: float | None = None,
     generation: int | None,
     now: datetime,
 ) -> ProgressUpdate:
-    """The status fields of DESIGN.md for this revision, in one patch."""
+    """The status fields of DESIGN.md for this revision, in one patch. `checkpoint_seconds`
+    is the pods' mean checkpoint time; without it (no checkpoint since the last restart),
+    the status keeps the one it had."""
     remaining = _seconds(estimate.remaining_seconds)
     earliest, latest = sorted(
         (_seconds(estimate.earliest_seconds), _seconds(estimate.latest_seconds))
@@ -138,6 +148,12 @@ def progress_update(
         progress["measuredMFU"] = _amount(estimate.measured_mfu)
     if last_step_time is not None:
         progress["lastStepTime"] = _iso(last_step_time)
+    if checkpoint_seconds is None:
+        checkpoint_seconds = _known_amount(
+            (current.get("progress") or {}).get("measuredCheckpointSeconds")
+        )
+    if checkpoint_seconds is not None and math.isfinite(checkpoint_seconds):
+        progress["measuredCheckpointSeconds"] = min(_amount(checkpoint_seconds), 1.0e7)
     failures: dict[str, Any] = {
         "count": ledger.count + estimate.inferred_failures,
         "lostSeconds": _amount(estimate.lost_seconds),

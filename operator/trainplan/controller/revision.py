@@ -255,6 +255,7 @@ async def revise_plan(
         metrics_error=error,
         gpus=None if metrics is None else summarize_gpus(metrics.gpus),
         dropped_series=() if metrics is None else metrics.rejected,
+        checkpoint_seconds=None if metrics is None else metrics.mean_checkpoint_seconds,
         generation=meta.get("generation"),
         now=now,
     )

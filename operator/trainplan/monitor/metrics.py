@@ -17,6 +17,7 @@ from trainplan.runtime.schema import (
     GPU_MEMORY_USED_BYTES,
     GPU_POWER_WATTS,
     GPU_UTILIZATION_RATIO,
+    TRAIN_CHECKPOINT_SECONDS,
     TRAIN_CHECKPOINT_STEP,
     TRAIN_LAST_STEP_TIMESTAMP_SECONDS,
     TRAIN_LOSS,
@@ -87,6 +88,8 @@ class TrainingMetrics:
     step_seconds_count: float | None = None
     step_seconds_sum: float | None = None
     checkpoint_step: int | None = None
+    checkpoint_seconds_count: float | None = None
+    checkpoint_seconds_sum: float | None = None
     gpus: tuple[GpuMetrics, ...] = ()
     rejected: tuple[str, ...] = ()
     """The series whose value was out of bounds (NaN where a number is due, infinite,
@@ -96,11 +99,21 @@ class TrainingMetrics:
     def has_training_series(self) -> bool:
         return self.step is not None
 
+    @property
+    def mean_checkpoint_seconds(self) -> float | None:
+        """Mean seconds per checkpoint written by this process (the histogram's sum over
+        its count), None before the first."""
+        if not self.checkpoint_seconds_count or self.checkpoint_seconds_sum is None:
+            return None
+        return self.checkpoint_seconds_sum / self.checkpoint_seconds_count
+
 
 COUNT_MAX: Final = 2**53
 """Steps and tokens are integers below this (exact in a float, and in JSON)."""
 TIMESTAMP_RANGE_SECONDS: Final = (946_684_800.0, 4_102_444_800.0)
 """A last-step time is within 2000-01-01 and 2100-01-01 (UTC, seconds since the epoch)."""
+CHECKPOINT_SECONDS_SUM_MAX: Final = 1e9
+"""Seconds all of a process's checkpoints took, at most (about 32 years)."""
 LOSS_MAX: Final = 1e6
 """A finite loss of larger magnitude is not a training loss."""
 GPU_BOUNDS: Final = MappingProxyType(
@@ -163,6 +176,11 @@ GPU_FIELDS: Final = MappingProxyType(
 _GPU_SERIES: Final = MappingProxyType({field: name for name, field in GPU_FIELDS.items()})
 
 
+def checkpoint_histogram_series() -> tuple[str, str]:
+    """The names of the checkpoint-time histogram's count and sum series."""
+    return f"{TRAIN_CHECKPOINT_SECONDS.name}_count", f"{TRAIN_CHECKPOINT_SECONDS.name}_sum"
+
+
 def training_metrics(
     scalars: Mapping[str, float], gpus: Mapping[str, Mapping[str, float]]
 ) -> TrainingMetrics:
@@ -172,6 +190,7 @@ def training_metrics(
     checked = _Checked([])
     histogram = TRAIN_STEP_SECONDS.name
     count_name, sum_name = f"{histogram}_count", f"{histogram}_sum"
+    checkpoint_count, checkpoint_sum = checkpoint_histogram_series()
     gpu_metrics = tuple(
         GpuMetrics(
             gpu=gpu,
@@ -202,6 +221,12 @@ def training_metrics(
             TRAIN_CHECKPOINT_STEP.name,
             scalars.get(TRAIN_CHECKPOINT_STEP.name),
             placeholder_zero=True,
+        ),
+        checkpoint_seconds_count=checked.within(
+            checkpoint_count, scalars.get(checkpoint_count), 0.0, COUNT_MAX
+        ),
+        checkpoint_seconds_sum=checked.within(
+            checkpoint_sum, scalars.get(checkpoint_sum), 0.0, CHECKPOINT_SECONDS_SUM_MAX
         ),
         gpus=gpu_metrics,
     )

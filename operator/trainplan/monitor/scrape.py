@@ -12,6 +12,7 @@ import aiohttp
 from trainplan.monitor.metrics import (
     GPU_FIELDS,
     TrainingMetrics,
+    checkpoint_histogram_series,
     parse_metrics,
     training_metrics,
 )
@@ -132,6 +133,7 @@ async def query_prometheus(
         TRAIN_LOSS.name,
         TRAIN_LAST_STEP_TIMESTAMP_SECONDS.name,
         TRAIN_CHECKPOINT_STEP.name,
+        *checkpoint_histogram_series(),
     )
     training, *per_gpu = await asyncio.gather(
         asyncio.gather(

@@ -21,6 +21,11 @@ interruptions over the run's GPU-hours. `fit_cluster` turns them into correction
   count of interruptions over the runs' GPU-hours (Gelman et al., section 2.6), with the
   catalog's fleet rate as a prior worth `PRIOR_INTERRUPTIONS` interruptions.
 - **Restart and checkpoint seconds**: the median of the runs that measured them.
+- **Folded records.** Records beyond a resource's `maxRecords` are not lost: as they are
+  dropped, their weighted log ratios, Huber-bounded squared residuals, GPU-hours,
+  interruptions and restart and checkpoint means are added into one `FoldedEvidence`
+  (sufficient statistics of the fit above), which counts as they did. Their weights stay
+  those they had when folded.
 
 `apply_cluster_fit` returns the catalog's calibration with these in place; the planner
 uses it like any other (`plan(..., cluster=)`).
@@ -75,6 +80,82 @@ class RunRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class FoldedEvidence:
+    """Records no longer kept, as the sums the fit needs."""
+
+    runs: int = 0
+    weight_sum: float = 0.0
+    """Sum of the folded runs' Huber weights."""
+    weighted_log_ratio_sum: float = 0.0
+    """Sum of weight x ln(measured / planned)."""
+    squares: float = 0.0
+    """Sum of (weight x (ratio - their weighted mean))^2, about their own mean."""
+    gpu_hours: float = 0.0
+    interruptions: int = 0
+    restart_seconds: float | None = None
+    """Mean restart seconds of the folded runs that measured it."""
+    restart_runs: int = 0
+    checkpoint_seconds: float | None = None
+    """Mean checkpoint seconds of the folded runs that measured it."""
+    checkpoint_runs: int = 0
+
+    @property
+    def mean_log_ratio(self) -> float:
+        return self.weighted_log_ratio_sum / self.weight_sum if self.weight_sum > 0 else 0.0
+
+
+def _merged_mean(
+    mean: float | None, count: int, values: Sequence[float | None]
+) -> tuple[float | None, int]:
+    present = [v for v in values if v is not None]
+    if not present:
+        return mean, count
+    total = (mean or 0.0) * count + sum(present)
+    return total / (count + len(present)), count + len(present)
+
+
+def fold(
+    folded: FoldedEvidence, dropped: Sequence[RunRecord], weights: Sequence[float]
+) -> FoldedEvidence:
+    """`folded` with the `dropped` records (and their Huber weights) added."""
+    if not dropped:
+        return folded
+    values = [record.log_ratio for record in dropped]
+    weight_sum = sum(weights)
+    weighted = sum(w * v for w, v in zip(weights, values, strict=True))
+    combined_weights = folded.weight_sum + weight_sum
+    mean = (folded.weighted_log_ratio_sum + weighted) / combined_weights
+    # Squares about the combined mean: each part's own squares plus its offset (the
+    # parallel-axis rule; the offset counts each folded weight w, not w^2 as `_scatter`
+    # counts a kept run's residual: with w <= 1, slightly more scatter, never less).
+    squares = (
+        folded.squares
+        + folded.weight_sum * (folded.mean_log_ratio - mean) ** 2
+        + sum((w * (v - mean)) ** 2 for w, v in zip(weights, values, strict=True))
+    )
+    restart, restart_runs = _merged_mean(
+        folded.restart_seconds, folded.restart_runs, [r.restart_seconds for r in dropped]
+    )
+    checkpoint, checkpoint_runs = _merged_mean(
+        folded.checkpoint_seconds,
+        folded.checkpoint_runs,
+        [r.checkpoint_seconds for r in dropped],
+    )
+    return FoldedEvidence(
+        runs=folded.runs + len(dropped),
+        weight_sum=combined_weights,
+        weighted_log_ratio_sum=folded.weighted_log_ratio_sum + weighted,
+        squares=squares,
+        gpu_hours=folded.gpu_hours + sum(r.gpu_hours for r in dropped),
+        interruptions=folded.interruptions + sum(r.interruptions for r in dropped),
+        restart_seconds=restart,
+        restart_runs=restart_runs,
+        checkpoint_seconds=checkpoint,
+        checkpoint_runs=checkpoint_runs,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterFit:
     """The corrections a cluster's records support, with their uncertainty."""
 
@@ -113,19 +194,27 @@ def _huber_weights(values: Sequence[float], scale: float) -> list[float]:
     return [min(1.0, HUBER_C * scale / d) if d > 0 else 1.0 for d in deviations]
 
 
-def _scatter(values: Sequence[float], weights: Sequence[float]) -> float:
+def _scatter(
+    values: Sequence[float], weights: Sequence[float], folded: FoldedEvidence = FoldedEvidence()
+) -> float:
     """The run-to-run scatter: a scaled inverse-chi-squared posterior with `RUN_SCATTER_LOG`
     as a prior worth `SCATTER_PRIOR_RUNS` runs (Gelman et al., section 3.2), over the
     Huber-bounded residuals sum((w (r - mean))^2), so one outlier adds at most
-    (c x robust scale)^2 (Huber's proposal 2)."""
-    if not values:
+    (c x robust scale)^2 (Huber's proposal 2); folded runs add their squares about the
+    common mean."""
+    runs = len(values) + folded.runs
+    total = sum(weights) + folded.weight_sum
+    if runs == 0 or total <= 0:
         return RUN_SCATTER_LOG
-    total = sum(weights)
-    mean = sum(w * v for w, v in zip(weights, values, strict=True)) / total
-    squares = sum((w * (v - mean)) ** 2 for w, v in zip(weights, values, strict=True))
-    variance = (SCATTER_PRIOR_RUNS * RUN_SCATTER_LOG**2 + squares) / (
-        SCATTER_PRIOR_RUNS + len(values) - 1
+    mean = (
+        sum(w * v for w, v in zip(weights, values, strict=True)) + folded.weighted_log_ratio_sum
+    ) / total
+    squares = (
+        sum((w * (v - mean)) ** 2 for w, v in zip(weights, values, strict=True))
+        + folded.squares
+        + folded.weight_sum * (folded.mean_log_ratio - mean) ** 2
     )
+    variance = (SCATTER_PRIOR_RUNS * RUN_SCATTER_LOG**2 + squares) / (SCATTER_PRIOR_RUNS + runs - 1)
     return max(math.sqrt(variance), MIN_RUN_SCATTER_LOG)
 
 
@@ -134,34 +223,48 @@ def _median_of(values: Sequence[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def fit_cluster(records: Sequence[RunRecord], prior: Calibration) -> ClusterFit:
-    """The corrections `records` support, starting from the catalog's `prior`."""
+def record_weights(records: Sequence[RunRecord]) -> list[float]:
+    """Each record's Huber weight among `records`."""
+    values = [record.log_ratio for record in records]
+    return _huber_weights(values, _robust_scale(values)) if values else []
+
+
+def fit_cluster(
+    records: Sequence[RunRecord],
+    prior: Calibration,
+    folded: FoldedEvidence = FoldedEvidence(),
+) -> ClusterFit:
+    """The corrections `records` (and the `folded` older ones) support, starting from the
+    catalog's `prior`."""
     prior_sd = math.log(prior.step_seconds_ratio_p90 / prior.step_seconds_ratio_p10) / (2 * Z_90)
     prior_precision = 1.0 / max(prior_sd, CLUSTER_PRIOR_SCATTER_LOG) ** 2
     values = [record.log_ratio for record in records]
-    scale = _robust_scale(values) if values else RUN_SCATTER_LOG
-    weights = _huber_weights(values, scale) if values else []
-    scatter = _scatter(values, weights)
-    data_precision = sum(weights) / scatter**2
+    weights = record_weights(records)
+    scatter = _scatter(values, weights, folded)
+    data_precision = (sum(weights) + folded.weight_sum) / scatter**2
     precision = data_precision + prior_precision
-    mean = sum(w * v for w, v in zip(weights, values, strict=True)) / scatter**2 / precision
-    predictive_sd = math.sqrt(1.0 / precision + scatter**2) if records else prior_sd
+    weighted = sum(w * v for w, v in zip(weights, values, strict=True))
+    mean = (weighted + folded.weighted_log_ratio_sum) / scatter**2 / precision
+    runs = len(records) + folded.runs
+    predictive_sd = math.sqrt(1.0 / precision + scatter**2) if runs else prior_sd
     alpha0 = PRIOR_INTERRUPTIONS
     beta0 = alpha0 / max(prior.interruptions_per_gpu_hour, 1e-12)
-    if not records:
+    if not runs:
         low, high = prior.step_seconds_ratio_p10, prior.step_seconds_ratio_p90
     else:
         low, high = math.exp(-Z_90 * predictive_sd), math.exp(Z_90 * predictive_sd)
+    restart = _median_of([r.restart_seconds for r in records])
+    checkpoint = _median_of([r.checkpoint_seconds for r in records])
     return ClusterFit(
-        runs=len(records),
+        runs=runs,
         down_weighted=sum(1 for w in weights if w < 1.0),
         step_seconds_factor=math.exp(mean),
         step_seconds_ratio_p10=low,
         step_seconds_ratio_p90=high,
-        interruptions_alpha=alpha0 + sum(r.interruptions for r in records),
-        interruptions_beta_gpu_hours=beta0 + sum(r.gpu_hours for r in records),
-        restart_seconds=_median_of([r.restart_seconds for r in records]),
-        checkpoint_seconds=_median_of([r.checkpoint_seconds for r in records]),
+        interruptions_alpha=alpha0 + folded.interruptions + sum(r.interruptions for r in records),
+        interruptions_beta_gpu_hours=beta0 + folded.gpu_hours + sum(r.gpu_hours for r in records),
+        restart_seconds=folded.restart_seconds if restart is None else restart,
+        checkpoint_seconds=folded.checkpoint_seconds if checkpoint is None else checkpoint,
     )
 
 
@@ -200,23 +303,45 @@ class ClusterEvidence:
         )
 
 
-def cluster_evidence(resource: ClusterCalibration, prior: Calibration) -> ClusterEvidence:
-    """Fit `resource`'s records afresh (its status's fitted figures are not trusted)."""
+def run_records(resource: ClusterCalibration) -> list[RunRecord]:
+    """`resource`'s records as the fit reads them, the newest `spec.maxRecords`."""
     records = resource.status.records if resource.status is not None else ()
-    fit = fit_cluster(
-        [
-            RunRecord(
-                planned_step_seconds=record.planned_step_seconds,
-                measured_step_seconds=record.measured_step_seconds,
-                gpu_hours=record.gpu_hours,
-                interruptions=record.interruptions,
-                restart_seconds=record.restart_seconds,
-                checkpoint_seconds=record.checkpoint_seconds,
-            )
-            for record in records[-resource.spec.max_records :]
-        ],
-        prior,
+    return [
+        RunRecord(
+            planned_step_seconds=record.planned_step_seconds,
+            measured_step_seconds=record.measured_step_seconds,
+            gpu_hours=record.gpu_hours,
+            interruptions=record.interruptions,
+            restart_seconds=record.restart_seconds,
+            checkpoint_seconds=record.checkpoint_seconds,
+        )
+        for record in records[-resource.spec.max_records :]
+    ]
+
+
+def folded_evidence(resource: ClusterCalibration) -> FoldedEvidence:
+    """The sums of `resource`'s folded records (none when it has none)."""
+    folded = resource.status.folded if resource.status is not None else None
+    if folded is None:
+        return FoldedEvidence()
+    return FoldedEvidence(
+        runs=folded.runs,
+        weight_sum=folded.weight_sum,
+        weighted_log_ratio_sum=folded.weighted_log_ratio_sum,
+        squares=folded.squares,
+        gpu_hours=folded.gpu_hours,
+        interruptions=folded.interruptions,
+        restart_seconds=folded.restart_seconds,
+        restart_runs=folded.restart_runs,
+        checkpoint_seconds=folded.checkpoint_seconds,
+        checkpoint_runs=folded.checkpoint_runs,
     )
+
+
+def cluster_evidence(resource: ClusterCalibration, prior: Calibration) -> ClusterEvidence:
+    """Fit `resource`'s records and folded sums afresh (its status's fitted figures are
+    not trusted)."""
+    fit = fit_cluster(run_records(resource), prior, folded_evidence(resource))
     return ClusterEvidence(
         name=resource.metadata.name or "",
         generation=resource.metadata.generation or 0,
