@@ -619,6 +619,24 @@ def free_port() -> int:
         return port
 
 
+def write_kubeconfig(path: Path, cluster: Cluster, token: str = "test-token") -> Path:
+    """A kubeconfig at `path` whose current context is the emulator, with bearer `token`."""
+    context = {"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "kmock", "cluster": {"server": cluster.url}}],
+                "users": [{"name": "tester", "user": {"token": token}}],
+                "contexts": [context],
+                "current-context": "kmock",
+            }
+        )
+    )
+    return path
+
+
 class OperatorCommand:
     """`trainplan operator` as a real process against the emulator, in its own process
     group: it logs in with a kubeconfig whose bearer token is `token` (so the emulator's
@@ -637,22 +655,7 @@ class OperatorCommand:
         self._log: IO[str] | None = None
 
     def _kubeconfig(self) -> Path:
-        path = self.workdir / f"{self.token}.kubeconfig"
-        cluster = {"name": "kmock", "cluster": {"server": self.cluster.url}}
-        context = {"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}
-        path.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [cluster],
-                    "users": [{"name": "tester", "user": {"token": self.token}}],
-                    "contexts": [context],
-                    "current-context": "kmock",
-                }
-            )
-        )
-        return path
+        return write_kubeconfig(self.workdir / f"{self.token}.kubeconfig", self.cluster, self.token)
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""

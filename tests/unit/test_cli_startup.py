@@ -1,7 +1,8 @@
 """Start-up: each command imports only what it uses (issue 16, item 5).
 
 `trainplan --help` imports no command; `trainplan plan` never imports the operator stack
-(kopf, aiohttp, trainplan.controller, trainplan.cluster), the dashboard SDK or torch. Each
+(kopf, aiohttp, trainplan.controller, trainplan.cluster), the dashboard SDK or torch, not
+even with a calibration file (only a calibration NAME reads the cluster). Each
 case runs the CLI in a fresh interpreter and reads back the modules it imported. The
 listing of `trainplan --help` uses summaries stored beside the lazy entries: they must be
 what each command's own help says.
@@ -77,6 +78,19 @@ def test_plan_imports_neither_the_operator_nor_the_dashboards_nor_torch(tmp_path
 
     assert "trainplan.cli.plan_command" in modules
     assert "trainplan.planner" in modules
+    for package in NEVER_FOR_PLAN:
+        assert not loaded(modules, package), package
+
+
+def test_plan_with_a_calibration_file_imports_no_operator_stack(tmp_path: Path) -> None:
+    calibration = tmp_path / "a100-east.yaml"
+    calibration.write_text(
+        "apiVersion: trainplan.dev/v1alpha1\nkind: ClusterCalibration\n"
+        "metadata: {name: a100-east}\nspec: {gpuType: A100-SXM4-80GB}\n"
+    )
+    modules = imported_by(tmp_path, "plan", "--calibration", str(calibration), str(EXAMPLE))
+
+    assert "trainplan.cli.calibration_source" in modules
     for package in NEVER_FOR_PLAN:
         assert not loaded(modules, package), package
 

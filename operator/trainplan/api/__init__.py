@@ -64,6 +64,7 @@ from trainplan.api.resources import (
     parse_training_plan_spec,
 )
 from trainplan.api.spec import (
+    CALIBRATION_NAME_PATTERN,
     DEFAULT_COMMAND,
     PYTHON_NAMES,
     BatchSpec,
@@ -77,6 +78,7 @@ from trainplan.api.spec import (
     ReliabilitySpec,
     TrainingPlanSpec,
     TrainingSpec,
+    is_calibration_name,
 )
 from trainplan.api.status import (
     ACTIVE_PHASES,
@@ -100,6 +102,7 @@ __all__ = [
     "APP_MANAGED_BY_LABEL",
     "APP_NAME_LABEL",
     "APP_PART_OF_LABEL",
+    "CALIBRATION_NAME_PATTERN",
     "CLUSTER_CALIBRATION_KIND",
     "CLUSTER_CALIBRATION_PLURAL",
     "CLUSTER_CALIBRATION_SHORT_NAMES",
@@ -164,6 +167,7 @@ __all__ = [
     "format_count",
     "format_duration",
     "format_validation_errors",
+    "is_calibration_name",
     "parse_duration_seconds",
     "parse_training_plan_spec",
 ]

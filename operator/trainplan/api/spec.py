@@ -7,6 +7,7 @@ Consistency with a catalog preset's shape is the planner's job (it owns the cata
 Pure: pydantic and the standard library only; no I/O.
 """
 
+import re
 from typing import Annotated, Final, Literal, Self
 
 from pydantic import BeforeValidator, Field, StringConstraints, WithJsonSchema, model_validator
@@ -35,6 +36,15 @@ _NAME_MAX_LENGTH: Final = 253
 """Longest Kubernetes object name (a DNS subdomain), and the cap on catalog names."""
 _LABEL_VALUE_MAX_LENGTH: Final = 63
 """Longest Kubernetes label value (Kueue's queue name is one)."""
+CALIBRATION_NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+"""A ClusterCalibration's name as `hardware.calibration` takes it: lowercase letters,
+digits, '-' and '.', a letter or digit at each end (at most 253 characters)."""
+
+
+def is_calibration_name(value: str) -> bool:
+    """Whether `value` is a name `hardware.calibration` accepts (`CALIBRATION_NAME_PATTERN`,
+    at most 253 characters)."""
+    return len(value) <= _NAME_MAX_LENGTH and bool(re.fullmatch(CALIBRATION_NAME_PATTERN, value))
 
 
 _WIDTH_MAX = 1 << 24
@@ -186,7 +196,7 @@ class HardwareSpec(ApiModel):
     calibration: str | None = Field(
         None,
         max_length=_NAME_MAX_LENGTH,
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        pattern=CALIBRATION_NAME_PATTERN,
         description=(
             "The ClusterCalibration whose finished runs correct the plan, or none to plan"
             " from the published constants alone."

@@ -19,8 +19,8 @@ import click
 import yaml
 from rich.console import Console
 
+from trainplan.cli.calibration_source import read_calibration
 from trainplan.cli.common import EXIT_INVALID, plan_outcomes
-from trainplan.cli.inputs import read_cluster_calibration
 from trainplan.cli.table import print_plan_table
 from trainplan.planner import load_catalog
 from trainplan.planner.cluster_fit import cluster_evidence
@@ -42,16 +42,17 @@ from trainplan.planner.cluster_fit import cluster_evidence
 )
 @click.option(
     "--calibration",
-    "calibration_file",
-    type=click.Path(path_type=Path),
+    metavar="FILE|NAME",
     default=None,
     help=(
-        "A ClusterCalibration resource (YAML or JSON) whose finished runs correct every plan:"
-        " step time and its range, failure rate, restart cost (a spec with"
-        " hardware.calibration: none is planned without it)."
+        "A ClusterCalibration whose finished runs correct every plan (step time and its"
+        " range, failure rate, restart cost): a FILE holding the resource (YAML or JSON),"
+        " or else the NAME of one in the cluster, read through the current kubeconfig"
+        " (KUBECONFIG, else ~/.kube/config). A spec with hardware.calibration: none is"
+        " planned without it; one naming another calibration is refused."
     ),
 )
-def command(files: tuple[Path, ...], output: str, calibration_file: Path | None) -> None:
+def command(files: tuple[Path, ...], output: str, calibration: str | None) -> None:
     """Plan each TrainingPlan in FILES (whole resources or bare specs, YAML or JSON).
 
     Exit status: 0 when every file has a plan, 2 when any input is invalid (each problem
@@ -60,10 +61,10 @@ def command(files: tuple[Path, ...], output: str, calibration_file: Path | None)
     catalog = load_catalog()
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     cluster = None
-    if calibration_file is not None:
-        resource, problems = read_cluster_calibration(calibration_file)
+    if calibration is not None:
+        resource, problems = read_calibration(calibration)
         for problem in problems:
-            errors.print(f"{calibration_file}: {problem}", markup=False)
+            errors.print(problem, markup=False)
         if resource is None:
             sys.exit(EXIT_INVALID)
         cluster = cluster_evidence(resource, catalog.calibration)

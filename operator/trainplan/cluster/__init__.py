@@ -1,8 +1,9 @@
 """The only code that talks to the Kubernetes API: a small async client (aiohttp) with
-create-or-adopt apply, get, list, merge-patch (status too) and events. Does network I/O;
-`ownership` and `resources` are pure."""
+create-or-adopt apply, get, list, merge-patch (status too) and events, and a one-off read
+for commands (`get_object_once`). Does network I/O; `ownership` and `resources` are pure."""
 
 from trainplan.cluster.client import (
+    ApiServerUnreachableError,
     ApplyResult,
     Connection,
     KubernetesApi,
@@ -10,6 +11,7 @@ from trainplan.cluster.client import (
     OwnershipConflictError,
     ResourceVersionConflictError,
     event_for,
+    get_object_once,
 )
 from trainplan.cluster.ownership import (
     OwnerRef,
@@ -22,6 +24,7 @@ from trainplan.cluster.resources import KUEUE_API_VERSION, ResourcePath, resourc
 
 __all__ = [
     "KUEUE_API_VERSION",
+    "ApiServerUnreachableError",
     "ApplyResult",
     "Connection",
     "KubernetesApi",
@@ -34,6 +37,7 @@ __all__ = [
     "ResourceVersionConflictError",
     "controller_of",
     "event_for",
+    "get_object_once",
     "judge_ownership",
     "resource_path",
 ]

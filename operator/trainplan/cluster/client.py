@@ -1,4 +1,5 @@
-"""An async Kubernetes API client on aiohttp: just the calls the operator makes.
+"""An async Kubernetes API client on aiohttp: just the calls the operator makes, and
+`get_object_once` for a command that reads one object.
 
 Apply is create-or-adopt: create the object; when it exists already and carries the same
 controller owner (the same TrainingPlan uid) it is adopted as is, so a restarted
@@ -7,7 +8,10 @@ operator never creates a second Job; an object owned by someone else is a confli
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import json
 import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -48,7 +52,18 @@ class KubernetesApiError(Exception):
     def __init__(self, status: int, reason: str, message: str) -> None:
         self.status = status
         self.reason = reason
+        self.message = message
         super().__init__(f"{status} {reason}: {message}")
+
+
+class ApiServerUnreachableError(Exception):
+    """No usable answer from the API server at `server`: not reached (refused, DNS, TLS),
+    none within the request timeout, or a body that is not JSON; `why` says which."""
+
+    def __init__(self, server: str, why: str) -> None:
+        self.server = server
+        self.why = why
+        super().__init__(f"{server}: {why}")
 
 
 class ResourceVersionConflictError(KubernetesApiError):
@@ -69,6 +84,16 @@ class ApplyResult:
     object: JSON
 
 
+def _pem(data: str | None) -> str | None:
+    """CA data as PEM: a kubeconfig's `certificate-authority-data` is base64 of the PEM."""
+    if data is None or data.lstrip().startswith("-----BEGIN "):
+        return data
+    try:
+        return base64.b64decode(data, validate=True).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError):
+        return data  # not base64: let ssl say what is wrong with it
+
+
 def _ssl_context(connection: Connection) -> ssl.SSLContext | bool:
     if connection.insecure:
         return False
@@ -76,7 +101,7 @@ def _ssl_context(connection: Connection) -> ssl.SSLContext | bool:
         return True
     context = ssl.create_default_context(
         cafile=connection.ca_path,
-        cadata=connection.ca_data,
+        cadata=_pem(connection.ca_data),
     )
     if connection.certificate_path:
         context.load_cert_chain(connection.certificate_path, connection.private_key_path)
@@ -283,3 +308,26 @@ def event_for(
         "lastTimestamp": now_iso,
         "count": 1,
     }
+
+
+async def get_object_once(
+    connection: Connection, api_version: str, kind: str, namespace: str, name: str
+) -> JSON | None:
+    """One object read with a client of its own (opened and closed here), for a command:
+    the object, or None when it does not exist. `KubernetesApiError` for any other error
+    answer; `ApiServerUnreachableError` when no usable answer came within the connection's
+    request timeout (or the connection's server or TLS files cannot be used)."""
+    server = connection.server
+    if not server.startswith(("http://", "https://")):
+        raise ApiServerUnreachableError(server, "not an http:// or https:// URL")
+    try:
+        async with KubernetesApi(connection) as api:
+            return await api.get(api_version, kind, namespace, name)
+    except TimeoutError:
+        raise ApiServerUnreachableError(
+            server, f"no answer within {connection.request_timeout_seconds:g} s"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiServerUnreachableError(server, "its answer is not JSON") from None
+    except (aiohttp.ClientError, OSError) as error:  # OSError: ssl.SSLError, a missing CA file
+        raise ApiServerUnreachableError(server, str(error) or type(error).__name__) from None
