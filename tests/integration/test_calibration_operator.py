@@ -119,3 +119,43 @@ async def test_a_finished_run_adds_its_record(operator: OperatorProcess, cluster
     (condition,) = status["conditions"]
     assert condition["type"] == "Calibrated"
     assert condition["message"].startswith("4 runs; step time x ")
+
+
+async def test_a_plan_naming_none_uses_its_gpu_types_default_and_records_into_it(
+    operator: OperatorProcess, cluster: Cluster
+) -> None:
+    """A ClusterCalibration marked `default` corrects the plans of its GPU type that name
+    none (not those naming `none`, nor those of another GPU type), and their records go
+    to it."""
+    other_gpu = calibration("h100-default", 2.0)
+    other_gpu["spec"] = {"gpuType": "H100-SXM5-80GB", "default": True}
+    not_default = calibration("a100-other", 2.0)
+    default = calibration("a100-default", 1.3)
+    default["spec"]["default"] = True
+    for resource in (other_gpu, not_default, default):
+        await cluster.create_cluster_calibration(resource)
+    unnamed = await cluster.apply_plan(small_plan("unnamed"))
+    opted_out = await cluster.apply_plan(calibrated_plan("out", "none"))
+    launched = await cluster.wait_for_phase(unnamed, "Launching")
+    planned = launched["status"]["plan"]
+    assert planned["calibration"]["name"] == "a100-default"
+    assert 1.2 < planned["calibration"]["stepSecondsFactor"] < 1.3
+    out = (await cluster.wait_for_phase(opted_out, "Launching"))["status"]["plan"]
+    assert "calibration" not in out
+    job = launched["status"]["jobName"]
+    await cluster.write_job_status(job, {"active": 1, "startTime": "2026-11-25T00:00:00Z"})
+    await cluster.wait_for_phase(unnamed, "Running")
+    await cluster.write_plan_status(
+        unnamed,
+        {"progress": {"step": 400, "measuredStepSeconds": planned["stepSeconds"]}},
+    )
+    await cluster.complete_job(job, "2026-11-25T01:00:00Z")
+    await cluster.wait_for_phase(unnamed, "Succeeded")
+    await cluster.wait_for(
+        lambda: (
+            len(cluster.cluster_calibration("a100-default").get("status", {}).get("records", []))
+            == 4
+        ),
+        "the run's record in the default",
+    )
+    assert len(cluster.cluster_calibration("a100-other")["status"]["records"]) == 3

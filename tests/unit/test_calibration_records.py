@@ -131,6 +131,13 @@ def test_the_oldest_records_are_folded_beyond_max_records(catalog: Catalog) -> N
     assert new["folded"]["runs"] == 1
     assert new["folded"]["interruptions"] == 1
     assert new["runs"] == 4
+    # `kubectl describe` shows the fit in words.
+    message = new["conditions"][0]["message"]
+    assert message.startswith("4 runs (1 folded from older records); step time x 1.")
+    assert "a new run within x 0." in message
+    assert "(10-90%)" in message
+    assert "checkpoints take 12s" in message
+    assert "restarts take " in message
 
 
 def test_folded_records_count_as_if_they_were_kept(catalog: Catalog) -> None:

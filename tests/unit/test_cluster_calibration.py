@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from tests.builders import make_layout
 from trainplan.api import ClusterCalibration, TrainingPlanSpec
 from trainplan.cli.main import main
+from trainplan.controller.reconcile import default_calibration
 from trainplan.crdgen.crds import cluster_calibration_crd
 from trainplan.planner import Calibration, Catalog, PlanInputError, plan
 from trainplan.planner.cluster_fit import (
@@ -266,3 +267,25 @@ def test_the_eta_starts_from_the_clusters_failure_rate(catalog: Catalog) -> None
     facts = plan_facts(plan(spec(), catalog, cluster=cluster))
     assert facts.interruptions_per_gpu_hour == pytest.approx(fit.interruptions_per_gpu_hour)
     assert fit.interruptions_per_gpu_hour > 3 * catalog.calibration.interruptions_per_gpu_hour
+
+
+def test_a_gpu_types_default_is_the_first_marked_default_of_that_gpu(catalog: Catalog) -> None:
+    def listed(name: str, gpu_type: object, default: object) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"gpuType": gpu_type, "default": default}}
+
+    documents = [
+        listed("zeta", "A100-SXM4-80GB", True),
+        listed("alpha", "A100-80GB", True),  # an alias of the same GPU
+        listed("beta", "A100-SXM4-80GB", False),
+        listed("gamma", "H100-SXM5-80GB", True),
+        listed("delta", "no-such-gpu", True),
+        listed("eps", 7, True),
+        listed("eta", "A100-SXM4-80GB", "true"),  # input: only a boolean true counts
+        {"metadata": {"name": "broken"}, "spec": "nonsense"},
+    ]
+    chosen = default_calibration(documents, "A100-SXM4-80GB", catalog)
+    assert chosen is not None
+    assert chosen["metadata"]["name"] == "alpha"
+    assert default_calibration(documents, "H100-SXM5-80GB", catalog) == documents[3]
+    assert default_calibration(documents, "A100-SXM4-40GB", catalog) is None
+    assert default_calibration(documents, "no-such-gpu", catalog) is None

@@ -29,6 +29,9 @@ _LAYOUT_MAX_LENGTH: Final = 200
 _FOLDED_RUNS_MAX: Final = 1_000_000_000
 _FOLDED_LOG_RATIO_MAX: Final = 1.0e11
 """Folded runs times the largest log ratio of bounded step times (ln 1e7 / 1e-7 < 40)."""
+_FOLDED_SQUARES_MAX: Final = 1.0e13
+"""Folded runs times the largest squared residual (80^2), rounded up; a bound written as a
+plain number (Helm renders 1e16 and above as a string)."""
 
 
 class CalibrationRecord(ApiModel):
@@ -95,7 +98,7 @@ class FoldedRecords(ApiModel):
     squares: float = Field(
         0.0,
         ge=0,
-        le=_FOLDED_LOG_RATIO_MAX**2,
+        le=_FOLDED_SQUARES_MAX,
         description="Sum of squared weighted residuals of the log ratio about their mean.",
     )
     gpu_hours: float = Field(
@@ -117,6 +120,14 @@ class ClusterCalibrationSpec(ApiModel):
 
     gpu_type: str = Field(
         min_length=1, max_length=_NAME_MAX_LENGTH, description="Catalog GPU name."
+    )
+    default: bool = Field(
+        False,
+        description=(
+            "Plans of this GPU type that name no calibration (hardware.calibration unset)"
+            " are corrected by this one and add their records to it; with several such"
+            " of one GPU type, the first by name."
+        ),
     )
     max_records: int = Field(
         100,

@@ -27,6 +27,7 @@ from trainplan.api import (
     Plan,
     TrainingPlanStatus,
     format_count,
+    format_duration,
 )
 from trainplan.api.cluster_calibration import FoldedRecords
 from trainplan.cluster import ResourceVersionConflictError
@@ -35,6 +36,7 @@ from trainplan.controller.context import ControllerContext
 from trainplan.monitor.exposition import CalibrationFigures
 from trainplan.planner import Calibration
 from trainplan.planner.cluster_fit import (
+    ClusterFit,
     FoldedEvidence,
     cluster_evidence,
     fold,
@@ -139,12 +141,7 @@ def status_with_record(
         }
     )
     fit = cluster_evidence(updated, prior).fit
-    message = (
-        f"{format_count(fit.runs, 'run')}; step time x {fit.step_seconds_factor:.3f} of the"
-        f" catalog's; {fit.interruptions_per_gpu_hour:.3g} interruptions per GPU-hour"
-    )
-    if fit.down_weighted:
-        message += f"; {format_count(fit.down_weighted, 'outlier run')} down-weighted"
+    message = calibration_summary(fit, folded.runs)
     previous = [c.to_document() for c in (resource.status.conditions if resource.status else ())]
     condition = make_condition(
         CALIBRATED,
@@ -171,6 +168,25 @@ def status_with_record(
     if kept_folded is not None:
         written["folded"] = kept_folded.to_document()
     return written
+
+
+def calibration_summary(fit: ClusterFit, folded_runs: int) -> str:
+    """The fit in words, for the `Calibrated` condition (what `kubectl describe` shows)."""
+    parts = [
+        f"{format_count(fit.runs, 'run')}"
+        + (f" ({folded_runs} folded from older records)" if folded_runs else ""),
+        f"step time x {fit.step_seconds_factor:.3f} of the catalog's, a new run within"
+        f" x {fit.step_seconds_ratio_p10:.2f}-{fit.step_seconds_ratio_p90:.2f} of that"
+        " (10-90%)",
+        f"{fit.interruptions_per_gpu_hour:.3g} interruptions per GPU-hour",
+    ]
+    if fit.restart_seconds is not None:
+        parts.append(f"restarts take {format_duration(fit.restart_seconds)}")
+    if fit.checkpoint_seconds is not None:
+        parts.append(f"checkpoints take {format_duration(fit.checkpoint_seconds)}")
+    if fit.down_weighted:
+        parts.append(f"{format_count(fit.down_weighted, 'outlier run')} down-weighted")
+    return "; ".join(parts)
 
 
 def folded_records(folded: FoldedEvidence) -> FoldedRecords | None:
@@ -209,11 +225,27 @@ def note_calibration(context: ControllerContext, plan_document: Any) -> None:
     )
 
 
+def recorded_calibration(plan_document: Mapping[str, Any]) -> str | None:
+    """The ClusterCalibration a finished plan's record goes to: the one its spec names,
+    or, naming none, the one its plan was made with (its GPU type's default); None for
+    `none` or when there is neither."""
+    spec = plan_document.get("spec")
+    hardware = spec.get("hardware") if isinstance(spec, Mapping) else None
+    named = hardware.get("calibration") if isinstance(hardware, Mapping) else None
+    if named is not None:
+        return named if isinstance(named, str) and named != "none" else None
+    status = plan_document.get("status")
+    planned = status.get("plan") if isinstance(status, Mapping) else None
+    used = planned.get("calibration") if isinstance(planned, Mapping) else None
+    name = used.get("name") if isinstance(used, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
 async def record_finished_run(context: ControllerContext, plan_document: Mapping[str, Any]) -> None:
-    """Add a succeeded plan's record to the ClusterCalibration its spec names, if any."""
-    hardware = (plan_document.get("spec") or {}).get("hardware") or {}
-    name = hardware.get("calibration") if isinstance(hardware, Mapping) else None
-    if not isinstance(name, str) or name == "none":
+    """Add a succeeded plan's record to the ClusterCalibration its spec names or, naming
+    none, to its GPU type's default that planned it (`status.plan.calibration`), if any."""
+    name = recorded_calibration(plan_document)
+    if name is None:
         return
     meta = plan_document.get("metadata") or {}
     now = context.clock()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, cast
@@ -20,6 +21,7 @@ from trainplan.api import (
     TRAINING_PLAN_KIND,
     TRAINING_PLAN_PLURAL,
     VERSION,
+    HardwareSpec,
     Phase,
 )
 from trainplan.cluster import (
@@ -45,6 +47,7 @@ from trainplan.controller.reconcile import (
     child_gone_on_resume,
     child_status_patch,
     decide_launch,
+    default_calibration,
     deletion_retry_seconds,
     finished,
     kueue_admission,
@@ -63,6 +66,8 @@ STATUS_WRITE_ATTEMPTS = 8
 """How often a plan's status write is retried after a concurrent write."""
 LoginFn = Callable[..., Awaitable[kopf.ConnectionInfo | None] | kopf.ConnectionInfo | None]
 _PLANS = (GROUP, VERSION, TRAINING_PLAN_PLURAL)
+
+_log = logging.getLogger(__name__)
 
 
 def _context(memo: Any) -> ControllerContext:
@@ -581,11 +586,25 @@ async def _decide(body: kopf.Body, context: ControllerContext) -> LaunchDecision
 
 async def _named_calibration(
     spec_document: Mapping[str, Any], context: ControllerContext
-) -> dict[str, Any] | None:
-    """The ClusterCalibration the spec names (`hardware.calibration`), or None (none named,
-    `none`, not found, or a name that is no object name: the spec check reports it)."""
+) -> Mapping[str, Any] | None:
+    """The ClusterCalibration the spec names (`hardware.calibration`); when it names none,
+    its GPU type's default (`reconcile.default_calibration`); or None (`none`, not found,
+    or a name that is no object name: the spec check reports it)."""
     hardware = spec_document.get("hardware")
-    name = hardware.get("calibration") if isinstance(hardware, Mapping) else None
+    hardware = hardware if isinstance(hardware, Mapping) else {}
+    name = hardware.get("calibration")
+    if name is None:
+        try:
+            listed = await context.api().list_objects(API_VERSION, CLUSTER_CALIBRATION_KIND, None)
+        except KubernetesApiError as error:  # no CRD, no permission: plan from the catalog
+            _log.warning(
+                "listing ClusterCalibrations failed (HTTP %d); planned without", error.status
+            )
+            return None
+        gpu_type = hardware.get("gpuType", HardwareSpec.model_fields["gpu_type"].default)
+        if not listed or not isinstance(gpu_type, str):
+            return None
+        return default_calibration(listed, gpu_type, context.catalog)
     if not isinstance(name, str) or name == "none":
         return None
     try:

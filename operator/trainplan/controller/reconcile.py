@@ -4,7 +4,7 @@ objects and write the status they return, once."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -151,6 +151,33 @@ def cluster_from_document(
     return cluster_evidence(resource, catalog.calibration)
 
 
+def _catalog_gpu(catalog: Catalog, name: str) -> str | None:
+    try:
+        return catalog.gpu(name).name
+    except LookupError:  # no catalog GPU of that name
+        return None
+
+
+def default_calibration(
+    documents: Sequence[Mapping[str, Any]], gpu_type: str, catalog: Catalog
+) -> Mapping[str, Any] | None:
+    """Of the ClusterCalibrations listed, the one a plan of `gpu_type` naming none uses:
+    `spec.default` true and the same catalog GPU (aliases resolved), the first by name;
+    None when there is none (or `gpu_type` is not in the catalog)."""
+    wanted = _catalog_gpu(catalog, gpu_type)
+    if wanted is None:
+        return None
+    chosen = [
+        document
+        for document in documents
+        if isinstance(spec := document.get("spec"), Mapping)
+        and spec.get("default") is True
+        and isinstance(spec.get("gpuType"), str)
+        and _catalog_gpu(catalog, spec["gpuType"]) == wanted
+    ]
+    return min(chosen, key=lambda d: str((d.get("metadata") or {}).get("name", "")), default=None)
+
+
 def decide_launch(
     *,
     name: str,
@@ -167,7 +194,9 @@ def decide_launch(
 
     A spec naming a ClusterCalibration (`hardware.calibration`) is planned with it:
     `calibration_document` is that resource as read from the API (None when it does not
-    exist, which rejects the plan)."""
+    exist, which rejects the plan). A spec naming none is planned with
+    `calibration_document` when given (its GPU type's default, `default_calibration`),
+    and without it when that is not a valid ClusterCalibration (it asked for none)."""
     try:
         spec = TrainingPlanSpec.model_validate(dict(spec_document))
     except ValidationError as error:
@@ -188,6 +217,9 @@ def decide_launch(
                 now=now,
             )
         cluster = found
+    elif wanted is None and calibration_document is not None:
+        default = cluster_from_document("", calibration_document, catalog)
+        cluster = None if isinstance(default, str) else default
     try:
         result = plan(spec, catalog, cluster=cluster)
     except PlanInputError as error:
