@@ -3,8 +3,10 @@
 `python -m benchmarks.cluster_calibration` (about a minute) simulates a cluster whose true
 step time is 1 / 0.75 of the planner's (25% less efficient than the catalog) and whose
 failure rate is 3x the fleet default. Runs of different sizes finish one after another;
-each leaves a record (the catalog's planned step time, the run's measured steady step time
-with 3% run-to-run scatter, its GPU-hours and a Poisson count of interruptions). After 0,
+each leaves a record (the catalog's planned step time and GPU-hours, the run's measured
+steady step time with 3% run-to-run scatter, its GPU-hours with that scatter and 5% more of
+its own (failures, evaluations and stalls vary from run to run) and a Poisson count of
+interruptions). After 0,
 1, 3 and 10 finished runs, new plans of other sizes are made with the fit of the records
 so far (`plan(cluster=)`) and compared with the truth: the error of their step time,
 duration and GPU-hours, and how often a fresh run's step time and GPU-hours fall inside
@@ -34,12 +36,15 @@ from trainplan.planner.cluster_fit import (
     ClusterFit,
     RunRecord,
     apply_cluster_fit,
+    failure_free_gpu_hours,
     fit_cluster,
 )
 
 TRUE_STEP_FACTOR = 1 / 0.75
 FAILURE_RATE_MULTIPLE = 3.0
 RUN_SCATTER_LOG = 0.03
+WHOLE_RUN_SCATTER_LOG = 0.05
+"""A run's GPU-hours scatter beyond its step time's (set, not fitted)."""
 SEEDS = 20
 CHECKPOINTS = (0, 1, 3, 10)
 GPU = "A100-SXM4-80GB"
@@ -67,9 +72,12 @@ class Truth:
     """What a run of a spec really takes on the simulated cluster (before scatter)."""
 
     catalog_step_seconds: float
+    catalog_failure_free_gpu_hours: float
     step_seconds: float
     duration_seconds: float
     gpus: int
+    failure_free_gpu_hours: float
+    expected_interruptions: float
 
     @property
     def gpu_hours(self) -> float:
@@ -102,7 +110,15 @@ def make_truth(catalog: Catalog) -> object:
     def truth(preset: str, gpus: int) -> Truth:
         base = plan(spec(preset, gpus), catalog)
         real = plan(spec(preset, gpus), true_catalog)
-        return Truth(base.step_seconds, real.step_seconds, real.duration_seconds, real.gpus)
+        return Truth(
+            catalog_step_seconds=base.step_seconds,
+            catalog_failure_free_gpu_hours=failure_free_gpu_hours(base),
+            step_seconds=real.step_seconds,
+            duration_seconds=real.duration_seconds,
+            gpus=real.gpus,
+            failure_free_gpu_hours=failure_free_gpu_hours(real),
+            expected_interruptions=real.reliability.expected_interruptions,
+        )
 
     return truth
 
@@ -115,13 +131,24 @@ def records_for(catalog: Catalog, truth: object, seed: int, count: int) -> list[
         preset, gpus = RUNS[index % len(RUNS)]
         real: Truth = truth(preset, gpus)  # type: ignore[operator]
         scatter = math.exp(rng.normal(0.0, RUN_SCATTER_LOG))
-        gpu_hours = real.gpu_hours * scatter
+        whole = math.exp(rng.normal(0.0, WHOLE_RUN_SCATTER_LOG))
+        interruptions = int(rng.poisson(rate * real.gpu_hours))
+        # Time lost to interruptions: the truth's expected cost of one, for each that came.
+        lost_gpu_hours = (
+            (real.gpu_hours - real.failure_free_gpu_hours)
+            * interruptions
+            / real.expected_interruptions
+            if real.expected_interruptions > 0
+            else 0.0
+        )
         records.append(
             RunRecord(
                 planned_step_seconds=real.catalog_step_seconds,
                 measured_step_seconds=real.step_seconds * scatter,
-                gpu_hours=gpu_hours,
-                interruptions=int(rng.poisson(rate * gpu_hours)),
+                gpu_hours=real.failure_free_gpu_hours * scatter * whole + lost_gpu_hours,
+                interruptions=interruptions,
+                planned_gpu_hours=real.catalog_failure_free_gpu_hours,
+                lost_gpu_hours=lost_gpu_hours,
             )
         )
     return records
@@ -155,8 +182,9 @@ def checkpoint(catalog: Catalog, truth: object, runs: int) -> Checkpoint:
             duration.append(abs(planned.duration_seconds / real.duration_seconds - 1))
             hours.append(abs(planned.gpu_hours / real.gpu_hours - 1))
             scatter = math.exp(rng.normal(0.0, RUN_SCATTER_LOG))
+            whole = math.exp(rng.normal(0.0, WHOLE_RUN_SCATTER_LOG))
             step_in.append(_inside(real.step_seconds * scatter, planned, "step_seconds_range"))
-            hours_in.append(_inside(real.gpu_hours * scatter, planned, "gpu_hours_range"))
+            hours_in.append(_inside(real.gpu_hours * scatter * whole, planned, "gpu_hours_range"))
     return Checkpoint(
         runs,
         statistics.mean(step),
@@ -198,7 +226,8 @@ def main() -> None:
     print(
         f"Simulated cluster: true step time x {TRUE_STEP_FACTOR:.3f} of the catalog's,"
         f" {FAILURE_RATE_MULTIPLE:g}x the fleet failure rate, {RUN_SCATTER_LOG:.0%} run-to-run"
-        f" scatter; {SEEDS} seeds x {len(NEW_PLANS)} new plans per checkpoint.\n"
+        f" scatter of step time and {WHOLE_RUN_SCATTER_LOG:.0%} more of GPU-hours; {SEEDS}"
+        f" seeds x {len(NEW_PLANS)} new plans per checkpoint.\n"
     )
     print(
         "| finished runs | step-time error | duration error | GPU-hours error |"

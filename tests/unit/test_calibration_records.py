@@ -128,7 +128,7 @@ def test_the_oldest_records_are_folded_beyond_max_records(catalog: Catalog) -> N
     new = status_with_record(calibration(3, max_records=3), record, catalog.calibration, NOW)
     assert new is not None
     assert [r["plan"] for r in new["records"]] == ["team-a/old-1", "team-a/old-2", "team-a/run"]
-    assert new["folded"]["runs"] == 1
+    assert new["folded"]["stepSeconds"]["runs"] == 1
     assert new["folded"]["interruptions"] == 1
     assert new["runs"] == 4
     # `kubectl describe` shows the fit in words.

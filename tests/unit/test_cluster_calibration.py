@@ -289,3 +289,70 @@ def test_a_gpu_types_default_is_the_first_marked_default_of_that_gpu(catalog: Ca
     assert default_calibration(documents, "H100-SXM5-80GB", catalog) == documents[3]
     assert default_calibration(documents, "A100-SXM4-40GB", catalog) is None
     assert default_calibration(documents, "no-such-gpu", catalog) is None
+
+
+def whole_runs(count: int, overhead: float, lost_gpu_hours: float = 0.0) -> list[RunRecord]:
+    """Runs at the true step factor whose failure-free GPU-hours are `overhead` times the
+    plan's (beyond the step factor), each losing `lost_gpu_hours` to interruptions."""
+    records = []
+    for i, noise in enumerate(NOISE[:count]):
+        step_ratio = TRUE_FACTOR * math.exp(noise)
+        failure_free = 40_000.0 * step_ratio * overhead * math.exp(-noise / 2)
+        records.append(
+            RunRecord(
+                planned_step_seconds=10.0,
+                measured_step_seconds=10.0 * step_ratio,
+                gpu_hours=failure_free + lost_gpu_hours,
+                interruptions=3 + i % 2,
+                planned_gpu_hours=40_000.0,
+                lost_gpu_hours=lost_gpu_hours,
+            )
+        )
+    return records
+
+
+def test_whole_runs_learn_their_overhead_and_narrow_the_gpu_hours_range(
+    calibration: Calibration,
+) -> None:
+    """Failure-free GPU-hours 10% above what the step time explains: the whole-run factor
+    finds it, and the GPU-hours range narrows from the catalog's (x 0.77-1.47) to the
+    runs' own spread. Time lost to interruptions is left to the failure fit: runs losing
+    a third of their GPU-hours to failures teach the same overhead."""
+    fit = fit_cluster(whole_runs(10, 1.10), calibration)
+    assert fit.whole_run_runs == 10
+    assert fit.whole_run_factor == pytest.approx(1.10, rel=0.02)
+    assert fit.gpu_hours_ratio_p10 is not None
+    assert fit.gpu_hours_ratio_p90 is not None
+    assert calibration.gpu_hours_ratio_p10 < fit.gpu_hours_ratio_p10 < 1.0
+    assert 1.0 < fit.gpu_hours_ratio_p90 < 1.15 < calibration.gpu_hours_ratio_p90
+    lossy = fit_cluster(whole_runs(10, 1.10, lost_gpu_hours=20_000.0), calibration)
+    assert lossy.whole_run_factor == pytest.approx(fit.whole_run_factor)
+    # Records without planned GPU-hours teach nothing of whole runs.
+    unplanned = fit_cluster(runs(10), calibration)
+    assert (unplanned.whole_run_runs, unplanned.whole_run_factor) == (0, 1.0)
+    assert unplanned.gpu_hours_ratio_p10 is None
+
+
+def test_a_plan_with_whole_run_evidence_is_longer_and_surer(catalog: Catalog) -> None:
+    spec = TrainingPlanSpec.model_validate(
+        {
+            "model": {"preset": "llama2-7b"},
+            "data": {"tokens": 2.0e10},
+            "batch": {"globalBatchSize": 512},
+            "objective": {"gpus": 64},
+        }
+    )
+    steps_only = ClusterEvidence(
+        "s", 1, "A100-SXM4-80GB", fit_cluster(runs(10), catalog.calibration)
+    )
+    whole = ClusterEvidence(
+        "w", 1, "A100-SXM4-80GB", fit_cluster(whole_runs(10, 1.10), catalog.calibration)
+    )
+    base, learned = plan(spec, catalog, cluster=steps_only), plan(spec, catalog, cluster=whole)
+    assert learned.calibration is not None
+    assert learned.calibration.whole_run_factor == pytest.approx(1.10, rel=0.02)
+    assert learned.gpu_hours / base.gpu_hours == pytest.approx(1.10, rel=0.03)
+    assert base.gpu_hours_range is not None
+    assert learned.gpu_hours_range is not None
+    width = math.log(learned.gpu_hours_range.p90 / learned.gpu_hours_range.p10)
+    assert width < 0.5 * math.log(base.gpu_hours_range.p90 / base.gpu_hours_range.p10)

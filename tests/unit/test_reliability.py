@@ -156,3 +156,25 @@ def test_restart_close_to_mtbi_is_infeasible(fraction: float) -> None:
 def test_overhead_grows_as_failures_become_more_frequent() -> None:
     durations = [estimate(rate=rate).duration_seconds for rate in (0.0, 1e-6, 1e-5, 1e-4)]
     assert all(later > earlier for earlier, later in pairwise(durations))
+
+
+def test_a_clusters_whole_run_factor_scales_the_failure_free_time_never_below_the_steps() -> None:
+    def failure_free(goodput: float, factor: float) -> float:
+        return estimate_reliability(
+            compute_seconds=1000.0,
+            step_seconds=1.0,
+            total_steps=1000,
+            gpus=8,
+            interruptions_per_gpu_hour=0.0,
+            checkpoint_seconds=0.0,
+            restart_seconds=0.0,
+            goodput=goodput,
+            whole_run_factor=factor,
+        ).duration_seconds
+
+    assert failure_free(0.8, 1.0) == pytest.approx(1250.0)
+    assert failure_free(0.8, 1.1) == pytest.approx(1375.0)
+    assert failure_free(0.8, 0.9) == pytest.approx(1125.0)
+    assert failure_free(1.0, 0.5) == pytest.approx(1000.0)  # the steps themselves, at least
+    with pytest.raises(ValueError, match="whole_run_factor"):
+        failure_free(1.0, 0.0)

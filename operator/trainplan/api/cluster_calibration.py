@@ -67,6 +67,24 @@ class CalibrationRecord(ApiModel):
     interruptions: int = Field(
         0, ge=0, le=_INTERRUPTIONS_MAX, description="Interruptions (restarts) of the run."
     )
+    planned_gpu_hours: float | None = Field(
+        None,
+        gt=0,
+        le=_GPU_HOURS_MAX,
+        alias="plannedGPUHours",
+        description=(
+            "The catalog's failure-free GPU-hours for the run: the plan's, less its expected"
+            " interruptions' cost, divided by the step-time and whole-run factors of the"
+            " ClusterCalibration it was corrected by, if any."
+        ),
+    )
+    lost_gpu_hours: float = Field(
+        0.0,
+        ge=0,
+        le=_GPU_HOURS_MAX,
+        alias="lostGPUHours",
+        description="GPU-hours the run lost to interruptions (restarts and redone steps).",
+    )
     restart_seconds: float | None = Field(
         None,
         ge=0,
@@ -81,11 +99,10 @@ class CalibrationRecord(ApiModel):
     )
 
 
-class FoldedRecords(ApiModel):
-    """Records dropped beyond `spec.maxRecords`, kept as the sums the fit needs (written by
-    the operator; every figure bounded)."""
+class LogRatioTotals(ApiModel):
+    """Folded runs' evidence on one log ratio, as the sums the fit needs."""
 
-    runs: int = Field(0, ge=0, le=_FOLDED_RUNS_MAX, description="Records folded.")
+    runs: int = Field(0, ge=0, le=_FOLDED_RUNS_MAX, description="Runs folded.")
     weight_sum: float = Field(
         0.0, ge=0, le=_FOLDED_RUNS_MAX, description="Sum of their outlier weights (0 to 1 each)."
     )
@@ -93,13 +110,25 @@ class FoldedRecords(ApiModel):
         0.0,
         ge=-_FOLDED_LOG_RATIO_MAX,
         le=_FOLDED_LOG_RATIO_MAX,
-        description="Sum of weight x ln(measured / planned step time).",
+        description="Sum of weight x log ratio.",
     )
     squares: float = Field(
         0.0,
         ge=0,
         le=_FOLDED_SQUARES_MAX,
         description="Sum of squared weighted residuals of the log ratio about their mean.",
+    )
+
+
+class FoldedRecords(ApiModel):
+    """Records dropped beyond `spec.maxRecords`, kept as the sums the fit needs (written by
+    the operator; every figure bounded)."""
+
+    step_seconds: LogRatioTotals = Field(
+        default_factory=LogRatioTotals, description="ln(measured / planned step time)."
+    )
+    whole_run: LogRatioTotals | None = Field(
+        None, description="The whole-run log ratio, of the runs that recorded planned GPU-hours."
     )
     gpu_hours: float = Field(
         0.0, ge=0, le=_GPU_HOURS_MAX, alias="gpuHours", description="Their GPU-hours."
@@ -152,6 +181,16 @@ class ClusterCalibrationStatus(ApiModel):
     )
     step_seconds_ratio_range: PercentileRange | None = Field(
         None, description="10-90% of a new run's measured / corrected step time."
+    )
+    whole_run_factor: float | None = Field(
+        None,
+        gt=0,
+        description="Measured / planned duration beyond the step time the plans are corrected by.",
+    )
+    gpu_hours_ratio_range: PercentileRange | None = Field(
+        None,
+        alias="gpuHoursRatioRange",
+        description="10-90% of a new run's measured / corrected GPU-hours.",
     )
     interruptions_per_gpu_hour: float | None = Field(
         None,

@@ -150,6 +150,13 @@ class PlanCalibration(ApiModel):
         alias="interruptionsPerGPUHour",
         description="The cluster's fitted interruption rate the plan used.",
     )
+    whole_run_factor: float = Field(
+        1.0,
+        gt=0,
+        description=(
+            "Measured / planned duration beyond the step-time correction, applied to the plan."
+        ),
+    )
 
 
 class Plan(ApiModel):

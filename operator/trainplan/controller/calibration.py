@@ -29,7 +29,7 @@ from trainplan.api import (
     format_count,
     format_duration,
 )
-from trainplan.api.cluster_calibration import FoldedRecords
+from trainplan.api.cluster_calibration import FoldedRecords, LogRatioTotals
 from trainplan.cluster import ResourceVersionConflictError
 from trainplan.controller.conditions import make_condition, merge_conditions
 from trainplan.controller.context import ControllerContext
@@ -38,10 +38,11 @@ from trainplan.planner import Calibration
 from trainplan.planner.cluster_fit import (
     ClusterFit,
     FoldedEvidence,
+    LogRatioSums,
     cluster_evidence,
+    failure_free_gpu_hours,
     fold,
     folded_evidence,
-    record_weights,
     run_records,
 )
 
@@ -80,6 +81,7 @@ def finished_run_record(
     if progress.step < RECORD_MIN_STEPS:
         return None
     factor = plan.calibration.step_seconds_factor if plan.calibration is not None else 1.0
+    whole_run = plan.calibration.whole_run_factor if plan.calibration is not None else 1.0
     failures = status.failures
     interruptions = failures.count if failures is not None else 0
     restart_seconds = None
@@ -88,6 +90,10 @@ def finished_run_record(
             failures.lost_seconds / interruptions,
             plan.reliability.checkpoint_interval_steps * progress.measured_step_seconds,
         )
+    failure_free = failure_free_gpu_hours(plan)
+    planned_gpu_hours = failure_free / (factor * whole_run) if failure_free > 0 else None
+    lost_seconds = failures.lost_seconds if failures is not None else 0.0
+    lost_gpu_hours = min(lost_seconds * plan.gpus / 3600.0, 1.0e12)
     try:
         return CalibrationRecord(
             plan=f"{namespace}/{name}",
@@ -100,6 +106,8 @@ def finished_run_record(
             interruptions=interruptions,
             restart_seconds=restart_seconds,
             checkpoint_seconds=progress.measured_checkpoint_seconds,
+            planned_gpu_hours=planned_gpu_hours,
+            lost_gpu_hours=lost_gpu_hours,
         )
     except ValidationError:
         return None
@@ -131,8 +139,7 @@ def status_with_record(
         )
     )
     dropped = len(everything) - len(records)
-    weights = record_weights(every_run)
-    folded = fold(folded_evidence(resource), every_run[:dropped], weights[:dropped])
+    folded = fold(folded_evidence(resource), every_run[:dropped], every_run)
     updated = resource.model_copy(
         update={
             "status": status.model_copy(
@@ -160,10 +167,16 @@ def status_with_record(
             "p90": fit.step_seconds_ratio_p90,
         },
         "interruptionsPerGPUHour": fit.interruptions_per_gpu_hour,
+        "wholeRunFactor": fit.whole_run_factor,
         "restartSeconds": fit.restart_seconds,
         "checkpointSeconds": fit.checkpoint_seconds,
         "conditions": merge_conditions(previous, [condition]),
     }
+    if fit.gpu_hours_ratio_p10 is not None and fit.gpu_hours_ratio_p90 is not None:
+        written["gpuHoursRatioRange"] = {
+            "p10": fit.gpu_hours_ratio_p10,
+            "p90": fit.gpu_hours_ratio_p90,
+        }
     kept_folded = folded_records(folded)
     if kept_folded is not None:
         written["folded"] = kept_folded.to_document()
@@ -180,6 +193,12 @@ def calibration_summary(fit: ClusterFit, folded_runs: int) -> str:
         " (10-90%)",
         f"{fit.interruptions_per_gpu_hour:.3g} interruptions per GPU-hour",
     ]
+    if fit.whole_run_runs and fit.gpu_hours_ratio_p10 and fit.gpu_hours_ratio_p90:
+        parts.append(
+            f"whole runs x {fit.whole_run_factor:.3f} of the plans' beyond their step time"
+            f" ({fit.whole_run_runs} measured), GPU-hours within x"
+            f" {fit.gpu_hours_ratio_p10:.2f}-{fit.gpu_hours_ratio_p90:.2f} (10-90%)"
+        )
     if fit.restart_seconds is not None:
         parts.append(f"restarts take {format_duration(fit.restart_seconds)}")
     if fit.checkpoint_seconds is not None:
@@ -189,15 +208,22 @@ def calibration_summary(fit: ClusterFit, folded_runs: int) -> str:
     return "; ".join(parts)
 
 
+def _totals(sums: LogRatioSums) -> LogRatioTotals:
+    return LogRatioTotals(
+        runs=sums.runs,
+        weight_sum=sums.weight_sum,
+        weighted_log_ratio_sum=sums.weighted_sum,
+        squares=sums.squares,
+    )
+
+
 def folded_records(folded: FoldedEvidence) -> FoldedRecords | None:
     """The status field of `folded` (None when nothing is folded)."""
     if not folded.runs:
         return None
     return FoldedRecords(
-        runs=folded.runs,
-        weight_sum=folded.weight_sum,
-        weighted_log_ratio_sum=folded.weighted_log_ratio_sum,
-        squares=folded.squares,
+        step_seconds=_totals(folded.step),
+        whole_run=_totals(folded.whole_run) if folded.whole_run.runs else None,
         gpu_hours=folded.gpu_hours,
         interruptions=folded.interruptions,
         restart_seconds=folded.restart_seconds,

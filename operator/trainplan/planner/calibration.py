@@ -92,6 +92,10 @@ class Calibration:
     step_seconds_factor: float = 1.0
     """Multiplies every step time: a cluster's measured / planned ratio
     (`cluster_fit.apply_cluster_fit`), 1 for the published constants."""
+    whole_run_factor: float = 1.0
+    """Multiplies a whole run's failure-free time beyond its steps' correction: a
+    cluster's measured whole-run ratio (`cluster_fit.apply_cluster_fit`), 1 for the
+    published constants."""
 
     def architecture(self, name: str) -> ArchitectureEfficiency:
         """The constants for `name`, or the `default` entry."""

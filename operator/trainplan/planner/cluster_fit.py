@@ -21,6 +21,14 @@ interruptions over the run's GPU-hours. `fit_cluster` turns them into correction
   count of interruptions over the runs' GPU-hours (Gelman et al., section 2.6), with the
   catalog's fleet rate as a prior worth `PRIOR_INTERRUPTIONS` interruptions.
 - **Restart and checkpoint seconds**: the median of the runs that measured them.
+- **Whole runs.** A record that carries the catalog's failure-free GPU-hours for its run
+  gives ln(measured / planned failure-free GPU-hours) - ln(measured / planned step time),
+  the measured side less the GPU-hours lost to interruptions: what the run spent beyond
+  its steps against the plan's model of checkpoints and goodput (failures are fitted on
+  their own, above, and not counted twice). The same
+  normal fit (prior: the catalog's whole-run 10-90% range, `gpu_hours_ratio_p10/p90`)
+  gives a whole-run factor on a run's failure-free time, and a new run's GPU-hours range:
+  exp(+-z(0.9) x sqrt(step predictive variance + whole-run predictive variance)).
 - **Folded records.** Records beyond a resource's `maxRecords` are not lost: as they are
   dropped, their weighted log ratios, Huber-bounded squared residuals, GPU-hours,
   interruptions and restart and checkpoint means are added into one `FoldedEvidence`
@@ -39,7 +47,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from trainplan.api import ClusterCalibration, PlanCalibration
+from trainplan.api import ClusterCalibration, Plan, PlanCalibration
+from trainplan.api.cluster_calibration import LogRatioTotals
 from trainplan.planner.calibration import Calibration
 
 Z_90: Final = 1.2815515655446004
@@ -73,23 +82,83 @@ class RunRecord:
     interruptions: int
     restart_seconds: float | None = None
     checkpoint_seconds: float | None = None
+    planned_gpu_hours: float | None = None
+    """The catalog's failure-free GPU-hours for the run (`failure_free_gpu_hours` of its
+    plan, over the factors that corrected it); None when not recorded."""
+    lost_gpu_hours: float = 0.0
+    """GPU-hours the run lost to interruptions (restarts and redone steps)."""
 
     @property
     def log_ratio(self) -> float:
+        """ln(measured / planned step time)."""
         return math.log(self.measured_step_seconds / self.planned_step_seconds)
+
+    @property
+    def whole_run_log_ratio(self) -> float | None:
+        """ln of measured over planned failure-free GPU-hours beyond the step time's own
+        ratio: what the run spent outside steady steps and interruptions (checkpoints,
+        evaluation, warm-up, stalls) against the plan's model of it; None without planned
+        GPU-hours. Interruptions are left out on both sides: the failure rate and restart
+        cost are fitted on their own."""
+        failure_free = self.gpu_hours - self.lost_gpu_hours
+        if not self.planned_gpu_hours or self.planned_gpu_hours <= 0 or failure_free <= 0:
+            return None
+        return math.log(failure_free / self.planned_gpu_hours) - self.log_ratio
+
+
+def failure_free_gpu_hours(plan: Plan) -> float:
+    """A plan's GPU-hours less its expected time lost to interruptions: each costs its
+    restart plus half a checkpoint interval of redone steps (`planner.reliability`)."""
+    reliability = plan.reliability
+    work_seconds = reliability.checkpoint_interval_steps * plan.step_seconds
+    lost_seconds = reliability.expected_interruptions * (
+        reliability.restart_seconds + work_seconds / 2.0
+    )
+    return max(0.0, plan.duration_seconds - lost_seconds) * plan.gpus / 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class LogRatioSums:
+    """Folded runs' evidence on one log ratio, as the sums the fit needs."""
+
+    runs: int = 0
+    weight_sum: float = 0.0
+    """Sum of the runs' Huber weights."""
+    weighted_sum: float = 0.0
+    """Sum of weight x log ratio."""
+    squares: float = 0.0
+    """Sum of (weight x (ratio - their weighted mean))^2, about their own mean."""
+
+    @property
+    def mean(self) -> float:
+        return self.weighted_sum / self.weight_sum if self.weight_sum > 0 else 0.0
+
+    def add(self, values: Sequence[float], weights: Sequence[float]) -> LogRatioSums:
+        """These sums with `values` (and their weights) added."""
+        if not values:
+            return self
+        weight_sum = self.weight_sum + sum(weights)
+        weighted_sum = self.weighted_sum + sum(w * v for w, v in zip(weights, values, strict=True))
+        mean = weighted_sum / weight_sum if weight_sum > 0 else 0.0
+        # Squares about the combined mean: each part's own squares plus its offset (the
+        # parallel-axis rule; the offset counts each folded weight w, not w^2 as a kept
+        # run's residual is counted: with w <= 1, slightly more scatter, never less).
+        squares = (
+            self.squares
+            + self.weight_sum * (self.mean - mean) ** 2
+            + sum((w * (v - mean)) ** 2 for w, v in zip(weights, values, strict=True))
+        )
+        return LogRatioSums(self.runs + len(values), weight_sum, weighted_sum, squares)
 
 
 @dataclass(frozen=True, slots=True)
 class FoldedEvidence:
     """Records no longer kept, as the sums the fit needs."""
 
-    runs: int = 0
-    weight_sum: float = 0.0
-    """Sum of the folded runs' Huber weights."""
-    weighted_log_ratio_sum: float = 0.0
-    """Sum of weight x ln(measured / planned)."""
-    squares: float = 0.0
-    """Sum of (weight x (ratio - their weighted mean))^2, about their own mean."""
+    step: LogRatioSums = LogRatioSums()
+    """Their step-time log ratios."""
+    whole_run: LogRatioSums = LogRatioSums()
+    """Their whole-run log ratios (those that recorded planned GPU-hours)."""
     gpu_hours: float = 0.0
     interruptions: int = 0
     restart_seconds: float | None = None
@@ -100,8 +169,8 @@ class FoldedEvidence:
     checkpoint_runs: int = 0
 
     @property
-    def mean_log_ratio(self) -> float:
-        return self.weighted_log_ratio_sum / self.weight_sum if self.weight_sum > 0 else 0.0
+    def runs(self) -> int:
+        return self.step.runs
 
 
 def _merged_mean(
@@ -115,24 +184,16 @@ def _merged_mean(
 
 
 def fold(
-    folded: FoldedEvidence, dropped: Sequence[RunRecord], weights: Sequence[float]
+    folded: FoldedEvidence, dropped: Sequence[RunRecord], among: Sequence[RunRecord]
 ) -> FoldedEvidence:
-    """`folded` with the `dropped` records (and their Huber weights) added."""
+    """`folded` with the `dropped` records added, each with the Huber weight it has among
+    `among` (all the records, dropped ones included)."""
     if not dropped:
         return folded
-    values = [record.log_ratio for record in dropped]
-    weight_sum = sum(weights)
-    weighted = sum(w * v for w, v in zip(weights, values, strict=True))
-    combined_weights = folded.weight_sum + weight_sum
-    mean = (folded.weighted_log_ratio_sum + weighted) / combined_weights
-    # Squares about the combined mean: each part's own squares plus its offset (the
-    # parallel-axis rule; the offset counts each folded weight w, not w^2 as `_scatter`
-    # counts a kept run's residual: with w <= 1, slightly more scatter, never less).
-    squares = (
-        folded.squares
-        + folded.weight_sum * (folded.mean_log_ratio - mean) ** 2
-        + sum((w * (v - mean)) ** 2 for w, v in zip(weights, values, strict=True))
-    )
+    step_weights = dict(zip(map(id, among), _weights([r.log_ratio for r in among]), strict=True))
+    whole = [r for r in among if r.whole_run_log_ratio is not None]
+    whole_weights = dict(zip(map(id, whole), _weights([_whole(r) for r in whole]), strict=True))
+    dropped_whole = [r for r in dropped if r.whole_run_log_ratio is not None]
     restart, restart_runs = _merged_mean(
         folded.restart_seconds, folded.restart_runs, [r.restart_seconds for r in dropped]
     )
@@ -142,10 +203,12 @@ def fold(
         [r.checkpoint_seconds for r in dropped],
     )
     return FoldedEvidence(
-        runs=folded.runs + len(dropped),
-        weight_sum=combined_weights,
-        weighted_log_ratio_sum=folded.weighted_log_ratio_sum + weighted,
-        squares=squares,
+        step=folded.step.add(
+            [r.log_ratio for r in dropped], [step_weights[id(r)] for r in dropped]
+        ),
+        whole_run=folded.whole_run.add(
+            [_whole(r) for r in dropped_whole], [whole_weights[id(r)] for r in dropped_whole]
+        ),
         gpu_hours=folded.gpu_hours + sum(r.gpu_hours for r in dropped),
         interruptions=folded.interruptions + sum(r.interruptions for r in dropped),
         restart_seconds=restart,
@@ -155,6 +218,12 @@ def fold(
     )
 
 
+def _whole(record: RunRecord) -> float:
+    value = record.whole_run_log_ratio
+    assert value is not None
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterFit:
     """The corrections a cluster's records support, with their uncertainty."""
@@ -162,7 +231,7 @@ class ClusterFit:
     runs: int
     """Records the fit rests on."""
     down_weighted: int
-    """Records weighted below 1 as outliers."""
+    """Records weighted below 1 as outliers (by their step time)."""
     step_seconds_factor: float
     """Multiplies the planner's step time (posterior mean of measured / planned)."""
     step_seconds_ratio_p10: float
@@ -174,11 +243,30 @@ class ClusterFit:
     """Gamma posterior rate, in GPU-hours."""
     restart_seconds: float | None
     checkpoint_seconds: float | None
+    whole_run_factor: float = 1.0
+    """Multiplies a plan's duration beyond what its step-time correction explains
+    (posterior mean of the whole-run log ratio, exponentiated): the cluster's failures,
+    checkpoints, evaluations and stalls against the plan's model of them."""
+    whole_run_runs: int = 0
+    """Records that measured the whole-run ratio (planned GPU-hours recorded)."""
+    gpu_hours_ratio_p10: float | None = None
+    """10th percentile of a new run's GPU-hours over the corrected plan's; None without
+    whole-run evidence (the catalog's range stands)."""
+    gpu_hours_ratio_p90: float | None = None
 
     @property
     def interruptions_per_gpu_hour(self) -> float:
         """The posterior mean rate."""
         return self.interruptions_alpha / self.interruptions_beta_gpu_hours
+
+
+@dataclass(frozen=True, slots=True)
+class RatioFit:
+    """The posterior of one log ratio's cluster mean, and a new run's spread about it."""
+
+    mean: float
+    predictive_sd: float
+    down_weighted: int
 
 
 def _robust_scale(values: Sequence[float]) -> float:
@@ -188,15 +276,16 @@ def _robust_scale(values: Sequence[float]) -> float:
     return max(1.4826 * statistics.median(abs(v - median) for v in values), MIN_RUN_SCATTER_LOG)
 
 
-def _huber_weights(values: Sequence[float], scale: float) -> list[float]:
-    median = statistics.median(values)
+def _weights(values: Sequence[float]) -> list[float]:
+    """Huber's weights min(1, c s / |v - median|), s the robust scale."""
+    if not values:
+        return []
+    scale, median = _robust_scale(values), statistics.median(values)
     deviations = [abs(v - median) for v in values]
     return [min(1.0, HUBER_C * scale / d) if d > 0 else 1.0 for d in deviations]
 
 
-def _scatter(
-    values: Sequence[float], weights: Sequence[float], folded: FoldedEvidence = FoldedEvidence()
-) -> float:
+def _scatter(values: Sequence[float], weights: Sequence[float], folded: LogRatioSums) -> float:
     """The run-to-run scatter: a scaled inverse-chi-squared posterior with `RUN_SCATTER_LOG`
     as a prior worth `SCATTER_PRIOR_RUNS` runs (Gelman et al., section 3.2), over the
     Huber-bounded residuals sum((w (r - mean))^2), so one outlier adds at most
@@ -206,16 +295,30 @@ def _scatter(
     total = sum(weights) + folded.weight_sum
     if runs == 0 or total <= 0:
         return RUN_SCATTER_LOG
-    mean = (
-        sum(w * v for w, v in zip(weights, values, strict=True)) + folded.weighted_log_ratio_sum
-    ) / total
+    mean = (sum(w * v for w, v in zip(weights, values, strict=True)) + folded.weighted_sum) / total
     squares = (
         sum((w * (v - mean)) ** 2 for w, v in zip(weights, values, strict=True))
         + folded.squares
-        + folded.weight_sum * (folded.mean_log_ratio - mean) ** 2
+        + folded.weight_sum * (folded.mean - mean) ** 2
     )
     variance = (SCATTER_PRIOR_RUNS * RUN_SCATTER_LOG**2 + squares) / (SCATTER_PRIOR_RUNS + runs - 1)
     return max(math.sqrt(variance), MIN_RUN_SCATTER_LOG)
+
+
+def fit_log_ratios(values: Sequence[float], folded: LogRatioSums, prior_sd: float) -> RatioFit:
+    """The conjugate normal posterior of the cluster's mean log ratio, N(0, prior_sd^2)
+    a priori, from Huber-weighted `values` and `folded` sums (module docstring)."""
+    weights = _weights(values)
+    scatter = _scatter(values, weights, folded)
+    precision = (sum(weights) + folded.weight_sum) / scatter**2 + 1.0 / prior_sd**2
+    weighted = sum(w * v for w, v in zip(weights, values, strict=True)) + folded.weighted_sum
+    if not values and not folded.runs:
+        return RatioFit(0.0, prior_sd, 0)
+    return RatioFit(
+        mean=weighted / scatter**2 / precision,
+        predictive_sd=math.sqrt(1.0 / precision + scatter**2),
+        down_weighted=sum(1 for w in weights if w < 1.0),
+    )
 
 
 def _median_of(values: Sequence[float | None]) -> float | None:
@@ -223,10 +326,9 @@ def _median_of(values: Sequence[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def record_weights(records: Sequence[RunRecord]) -> list[float]:
-    """Each record's Huber weight among `records`."""
-    values = [record.log_ratio for record in records]
-    return _huber_weights(values, _robust_scale(values)) if values else []
+def _prior_sd(p10: float, p90: float) -> float:
+    """The log-normal standard deviation of a 10-90% ratio range."""
+    return math.log(p90 / p10) / (2 * Z_90)
 
 
 def fit_cluster(
@@ -236,46 +338,65 @@ def fit_cluster(
 ) -> ClusterFit:
     """The corrections `records` (and the `folded` older ones) support, starting from the
     catalog's `prior`."""
-    prior_sd = math.log(prior.step_seconds_ratio_p90 / prior.step_seconds_ratio_p10) / (2 * Z_90)
-    prior_precision = 1.0 / max(prior_sd, CLUSTER_PRIOR_SCATTER_LOG) ** 2
-    values = [record.log_ratio for record in records]
-    weights = record_weights(records)
-    scatter = _scatter(values, weights, folded)
-    data_precision = (sum(weights) + folded.weight_sum) / scatter**2
-    precision = data_precision + prior_precision
-    weighted = sum(w * v for w, v in zip(weights, values, strict=True))
-    mean = (weighted + folded.weighted_log_ratio_sum) / scatter**2 / precision
+    prior_sd = _prior_sd(prior.step_seconds_ratio_p10, prior.step_seconds_ratio_p90)
+    step = fit_log_ratios(
+        [r.log_ratio for r in records], folded.step, max(prior_sd, CLUSTER_PRIOR_SCATTER_LOG)
+    )
+    whole_values = [_whole(r) for r in records if r.whole_run_log_ratio is not None]
+    whole = fit_log_ratios(
+        whole_values,
+        folded.whole_run,
+        _prior_sd(prior.gpu_hours_ratio_p10, prior.gpu_hours_ratio_p90),
+    )
+    whole_runs = len(whole_values) + folded.whole_run.runs
     runs = len(records) + folded.runs
-    predictive_sd = math.sqrt(1.0 / precision + scatter**2) if runs else prior_sd
     alpha0 = PRIOR_INTERRUPTIONS
     beta0 = alpha0 / max(prior.interruptions_per_gpu_hour, 1e-12)
     if not runs:
         low, high = prior.step_seconds_ratio_p10, prior.step_seconds_ratio_p90
     else:
-        low, high = math.exp(-Z_90 * predictive_sd), math.exp(Z_90 * predictive_sd)
+        low, high = math.exp(-Z_90 * step.predictive_sd), math.exp(Z_90 * step.predictive_sd)
+    hours_sd = math.hypot(step.predictive_sd, whole.predictive_sd)
     restart = _median_of([r.restart_seconds for r in records])
     checkpoint = _median_of([r.checkpoint_seconds for r in records])
     return ClusterFit(
         runs=runs,
-        down_weighted=sum(1 for w in weights if w < 1.0),
-        step_seconds_factor=math.exp(mean),
+        down_weighted=step.down_weighted,
+        step_seconds_factor=math.exp(step.mean),
         step_seconds_ratio_p10=low,
         step_seconds_ratio_p90=high,
         interruptions_alpha=alpha0 + folded.interruptions + sum(r.interruptions for r in records),
         interruptions_beta_gpu_hours=beta0 + folded.gpu_hours + sum(r.gpu_hours for r in records),
         restart_seconds=folded.restart_seconds if restart is None else restart,
         checkpoint_seconds=folded.checkpoint_seconds if checkpoint is None else checkpoint,
+        whole_run_factor=math.exp(whole.mean),
+        whole_run_runs=whole_runs,
+        gpu_hours_ratio_p10=math.exp(-Z_90 * hours_sd) if whole_runs else None,
+        gpu_hours_ratio_p90=math.exp(Z_90 * hours_sd) if whole_runs else None,
     )
 
 
 def apply_cluster_fit(calibration: Calibration, fit: ClusterFit) -> Calibration:
-    """`calibration` with the cluster's step-time factor and range, failure rate and
-    restart cost in place of the published ones."""
+    """`calibration` with the cluster's step-time factor and range, whole-run factor and
+    GPU-hours range, failure rate and restart cost in place of the published ones. The
+    whole-run factor multiplies a run's failure-free time (`reliability`), which scales
+    the duration as the records measured it, to first order."""
     return replace(
         calibration,
         step_seconds_factor=calibration.step_seconds_factor * fit.step_seconds_factor,
         step_seconds_ratio_p10=fit.step_seconds_ratio_p10,
         step_seconds_ratio_p90=fit.step_seconds_ratio_p90,
+        whole_run_factor=calibration.whole_run_factor * fit.whole_run_factor,
+        gpu_hours_ratio_p10=(
+            calibration.gpu_hours_ratio_p10
+            if fit.gpu_hours_ratio_p10 is None
+            else fit.gpu_hours_ratio_p10
+        ),
+        gpu_hours_ratio_p90=(
+            calibration.gpu_hours_ratio_p90
+            if fit.gpu_hours_ratio_p90 is None
+            else fit.gpu_hours_ratio_p90
+        ),
         interruptions_per_gpu_hour=fit.interruptions_per_gpu_hour,
         restart_seconds=(
             calibration.restart_seconds if fit.restart_seconds is None else fit.restart_seconds
@@ -299,6 +420,7 @@ class ClusterEvidence:
             generation=self.generation,
             runs=self.fit.runs,
             step_seconds_factor=self.fit.step_seconds_factor,
+            whole_run_factor=self.fit.whole_run_factor,
             interruptions_per_gpu_hour=self.fit.interruptions_per_gpu_hour,
         )
 
@@ -314,9 +436,17 @@ def run_records(resource: ClusterCalibration) -> list[RunRecord]:
             interruptions=record.interruptions,
             restart_seconds=record.restart_seconds,
             checkpoint_seconds=record.checkpoint_seconds,
+            planned_gpu_hours=record.planned_gpu_hours,
+            lost_gpu_hours=record.lost_gpu_hours,
         )
         for record in records[-resource.spec.max_records :]
     ]
+
+
+def _sums(model: LogRatioTotals | None) -> LogRatioSums:
+    if model is None:
+        return LogRatioSums()
+    return LogRatioSums(model.runs, model.weight_sum, model.weighted_log_ratio_sum, model.squares)
 
 
 def folded_evidence(resource: ClusterCalibration) -> FoldedEvidence:
@@ -325,10 +455,8 @@ def folded_evidence(resource: ClusterCalibration) -> FoldedEvidence:
     if folded is None:
         return FoldedEvidence()
     return FoldedEvidence(
-        runs=folded.runs,
-        weight_sum=folded.weight_sum,
-        weighted_log_ratio_sum=folded.weighted_log_ratio_sum,
-        squares=folded.squares,
+        step=_sums(folded.step_seconds),
+        whole_run=_sums(folded.whole_run),
         gpu_hours=folded.gpu_hours,
         interruptions=folded.interruptions,
         restart_seconds=folded.restart_seconds,

@@ -69,10 +69,13 @@ def estimate_reliability(
     restart_seconds: float,
     checkpoint_interval_steps: int | None = None,
     goodput: float = 1.0,
+    whole_run_factor: float = 1.0,
 ) -> ReliabilityEstimate:
     """Expected wall-clock of a run of `compute_seconds` of steady training steps.
 
-    The failure-free work is T = compute_seconds / goodput (`whole_run_compute_seconds`).
+    The failure-free work is T = compute_seconds / goodput (`whole_run_compute_seconds`),
+    times `whole_run_factor` (a cluster's measured whole-run ratio, `cluster_fit`; 1 for
+    the published constants), never below the steady steps themselves.
     With work W between checkpoints, the run writes T / W checkpoints of C seconds and
     meets D / M interruptions of R + W / 2 seconds each, so
     D = T (1 + C / W) / (1 - (R + W / 2) / M). A run that loses more than it gains per
@@ -89,9 +92,14 @@ def estimate_reliability(
         interval_steps = max(1, min(interval_steps, total_steps))
     else:
         interval_steps = checkpoint_interval_steps
-    work_seconds = interval_steps * step_seconds / goodput
+    if not whole_run_factor > 0:
+        raise ValueError(f"whole_run_factor must be positive, got {whole_run_factor}")
+    # A whole run takes at least its steady steps, however much faster than the plan's
+    # model of the rest a cluster's runs were.
+    scale = max(1.0, whole_run_factor / goodput) * goodput
+    work = whole_run_compute_seconds(compute_seconds, goodput) * scale
+    work_seconds = interval_steps * step_seconds / goodput * scale
     checkpoints = math.floor(total_steps / interval_steps)
-    work = whole_run_compute_seconds(compute_seconds, goodput)
     with_checkpoints = work + checkpoints * checkpoint_seconds
     loss_per_interruption = restart_seconds + work_seconds / 2.0
     if math.isinf(mtbi):

@@ -314,6 +314,7 @@ class Evaluator:
                 restart_seconds=self.run.restart_seconds,
                 checkpoint_interval_steps=self.run.checkpoint_interval_steps,
                 goodput=self.calibration.run_goodput,
+                whole_run_factor=self.calibration.whole_run_factor,
             )
         return Evaluation(
             layout=layout,
