@@ -29,7 +29,6 @@ from trainplan.api import (
     format_count,
     format_duration,
 )
-from trainplan.api.cluster_calibration import FoldedRecords, LogRatioTotals
 from trainplan.cluster import ResourceVersionConflictError
 from trainplan.controller.conditions import make_condition, merge_conditions
 from trainplan.controller.context import ControllerContext
@@ -37,12 +36,11 @@ from trainplan.monitor.exposition import CalibrationFigures
 from trainplan.planner import Calibration
 from trainplan.planner.cluster_fit import (
     ClusterFit,
-    FoldedEvidence,
-    LogRatioSums,
     cluster_evidence,
     failure_free_gpu_hours,
     fold,
     folded_evidence,
+    folded_records,
     run_records,
 )
 
@@ -206,31 +204,6 @@ def calibration_summary(fit: ClusterFit, folded_runs: int) -> str:
     if fit.down_weighted:
         parts.append(f"{format_count(fit.down_weighted, 'outlier run')} down-weighted")
     return "; ".join(parts)
-
-
-def _totals(sums: LogRatioSums) -> LogRatioTotals:
-    return LogRatioTotals(
-        runs=sums.runs,
-        weight_sum=sums.weight_sum,
-        weighted_log_ratio_sum=sums.weighted_sum,
-        squares=sums.squares,
-    )
-
-
-def folded_records(folded: FoldedEvidence) -> FoldedRecords | None:
-    """The status field of `folded` (None when nothing is folded)."""
-    if not folded.runs:
-        return None
-    return FoldedRecords(
-        step_seconds=_totals(folded.step),
-        whole_run=_totals(folded.whole_run) if folded.whole_run.runs else None,
-        gpu_hours=folded.gpu_hours,
-        interruptions=folded.interruptions,
-        restart_seconds=folded.restart_seconds,
-        restart_runs=folded.restart_runs,
-        checkpoint_seconds=folded.checkpoint_seconds,
-        checkpoint_runs=folded.checkpoint_runs,
-    )
 
 
 def note_calibration(context: ControllerContext, plan_document: Any) -> None:

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from trainplan.api import ClusterCalibration, Plan, PlanCalibration
-from trainplan.api.cluster_calibration import LogRatioTotals
+from trainplan.api.cluster_calibration import FoldedRecords, LogRatioTotals
 from trainplan.planner.calibration import Calibration
 
 Z_90: Final = 1.2815515655446004
@@ -457,6 +457,31 @@ def folded_evidence(resource: ClusterCalibration) -> FoldedEvidence:
     return FoldedEvidence(
         step=_sums(folded.step_seconds),
         whole_run=_sums(folded.whole_run),
+        gpu_hours=folded.gpu_hours,
+        interruptions=folded.interruptions,
+        restart_seconds=folded.restart_seconds,
+        restart_runs=folded.restart_runs,
+        checkpoint_seconds=folded.checkpoint_seconds,
+        checkpoint_runs=folded.checkpoint_runs,
+    )
+
+
+def _totals(sums: LogRatioSums) -> LogRatioTotals:
+    return LogRatioTotals(
+        runs=sums.runs,
+        weight_sum=sums.weight_sum,
+        weighted_log_ratio_sum=sums.weighted_sum,
+        squares=sums.squares,
+    )
+
+
+def folded_records(folded: FoldedEvidence) -> FoldedRecords | None:
+    """The status field of `folded` (None when nothing is folded)."""
+    if not folded.runs:
+        return None
+    return FoldedRecords(
+        step_seconds=_totals(folded.step),
+        whole_run=_totals(folded.whole_run) if folded.whole_run.runs else None,
         gpu_hours=folded.gpu_hours,
         interruptions=folded.interruptions,
         restart_seconds=folded.restart_seconds,
