@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
+import os
 import ssl
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import Any, Final, Literal, Self
 from urllib.parse import urlencode
@@ -32,9 +35,18 @@ JSON = dict[str, Any]
 _MERGE_PATCH = "application/merge-patch+json"
 
 
+_SECRET_FIELDS: Final = frozenset({"token", "password", "certificate_data", "private_key_data"})
+"""Connection fields whose values a repr never shows (only whether they are set)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Connection:
-    """Where the API server is and how to authenticate (as resolved at login)."""
+    """Where the API server is and how to authenticate (as resolved at login).
+
+    A client certificate and its key are files (`certificate_path`, `private_key_path`)
+    or a kubeconfig's inline data (`certificate_data`, `private_key_data`: PEM, or base64
+    of it); `username` and `password` are basic auth, used only when there is no `token`.
+    The repr shows none of the token, password, certificate or key."""
 
     server: str
     token: str | None = None
@@ -44,6 +56,29 @@ class Connection:
     private_key_path: str | None = None
     insecure: bool = False
     request_timeout_seconds: float = 30.0
+    certificate_data: str | None = None
+    private_key_data: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+    def __repr__(self) -> str:
+        shown = []
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name in _SECRET_FIELDS and value is not None:
+                shown.append(f"{item.name}=<hidden>")
+            else:
+                shown.append(f"{item.name}={value!r}")
+        return f"Connection({', '.join(shown)})"
+
+    def authorization(self) -> str | None:
+        """The Authorization header: the bearer token, else basic auth, else none."""
+        if self.token:
+            return f"Bearer {self.token}"
+        if self.username and self.password:
+            pair = f"{self.username}:{self.password}".encode()
+            return f"Basic {base64.b64encode(pair).decode('ascii')}"
+        return None
 
 
 class KubernetesApiError(Exception):
@@ -85,7 +120,8 @@ class ApplyResult:
 
 
 def _pem(data: str | None) -> str | None:
-    """CA data as PEM: a kubeconfig's `certificate-authority-data` is base64 of the PEM."""
+    """PEM data: a kubeconfig's `certificate-authority-data`, `client-certificate-data` and
+    `client-key-data` are base64 of the PEM."""
     if data is None or data.lstrip().startswith("-----BEGIN "):
         return data
     try:
@@ -94,17 +130,56 @@ def _pem(data: str | None) -> str | None:
         return data  # not base64: let ssl say what is wrong with it
 
 
+@contextlib.contextmanager
+def _private_pem_file(data: str | None) -> Iterator[str | None]:
+    """A path holding `data` as PEM, for the length of the `with` only: a temporary file
+    only its owner can read (0600), removed on the way out, error or not. None for None."""
+    pem = _pem(data)
+    if pem is None:
+        yield None
+        return
+    descriptor, path = tempfile.mkstemp(prefix="trainplan-", suffix=".pem")
+    try:
+        with open(descriptor, "w", encoding="utf-8") as file:
+            os.fchmod(file.fileno(), 0o600)
+            file.write(pem)
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _no_key_password() -> str:
+    """An encrypted private key is refused (ssl.SSLError) rather than asked for on a
+    terminal: kubeconfigs hold unencrypted keys."""
+    return ""
+
+
 def _ssl_context(connection: Connection) -> ssl.SSLContext | bool:
-    if connection.insecure:
-        return False
+    """The TLS settings for `connection.server`: its CA (none checked when `insecure`)
+    and the client certificate, if any. True (aiohttp's default) for plain http."""
     if not connection.server.startswith("https"):
         return True
-    context = ssl.create_default_context(
-        cafile=connection.ca_path,
-        cadata=_pem(connection.ca_data),
-    )
-    if connection.certificate_path:
-        context.load_cert_chain(connection.certificate_path, connection.private_key_path)
+    if connection.insecure:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context = ssl.create_default_context(
+            cafile=connection.ca_path, cadata=_pem(connection.ca_data)
+        )
+    with (
+        _private_pem_file(connection.certificate_data) as certificate_file,
+        _private_pem_file(connection.private_key_data) as key_file,
+    ):
+        certificate = connection.certificate_path or certificate_file
+        if certificate:
+            key = connection.private_key_path or key_file
+            try:
+                context.load_cert_chain(certificate, key, password=_no_key_password)
+            except ssl.SSLError as error:  # its text names no file and shows no key
+                why = f"cannot load the client certificate and key: {error.reason or error}"
+                raise ssl.SSLError(error.errno, why) from error
     return context
 
 
@@ -120,8 +195,9 @@ class KubernetesApi:
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
         headers = {"Accept": "application/json"}
-        if connection.token:
-            headers["Authorization"] = f"Bearer {connection.token}"
+        authorization = connection.authorization()
+        if authorization is not None:
+            headers["Authorization"] = authorization
         self._session = aiohttp.ClientSession(
             base_url=connection.server.rstrip("/") + "/",
             headers=headers,

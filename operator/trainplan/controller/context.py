@@ -27,17 +27,27 @@ def _path(value: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None) -> 
     return None if value is None else os.fsdecode(value)
 
 
+def _text(value: str | bytes | None) -> str | None:
+    return value.decode("ascii", errors="replace") if isinstance(value, bytes) else value
+
+
 def connection_from(info: kopf.ConnectionInfo, timeout_seconds: float) -> Connection:
-    """The cluster client's connection from Kopf's login result."""
+    """The cluster client's connection from Kopf's login result: the server, its CA, and a
+    token, a client certificate (files, or a kubeconfig's inline base64 data) or basic
+    auth."""
     return Connection(
         server=info.server,
         token=info.token,
         ca_path=_path(info.ca_path),
-        ca_data=info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data,
+        ca_data=_text(info.ca_data),
         certificate_path=_path(info.certificate_path),
         private_key_path=_path(info.private_key_path),
         insecure=bool(info.insecure),
         request_timeout_seconds=timeout_seconds,
+        certificate_data=_text(info.certificate_data),
+        private_key_data=_text(info.private_key_data),
+        username=info.username,
+        password=info.password,
     )
 
 
