@@ -81,14 +81,35 @@ class Connection:
         return None
 
 
+ANSWER_TEXT_MAX_CHARS: Final = 200
+"""Most characters kept, on one line, of an answer that is not JSON (a proxy's HTML page,
+a plain-text 502) as an error's message."""
+
+
 class KubernetesApiError(Exception):
-    """A non-success answer of the API server, with its status code and message."""
+    """A non-success answer of the API server, with its status code and message (the
+    server's own for a Kubernetes Status; else `NotJsonAnswerError`)."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
         self.status = status
         self.reason = reason
         self.message = message
         super().__init__(f"{status} {reason}: {message}")
+
+    def is_status(self, status: int) -> bool:
+        """Whether the API server itself answered `status` (e.g. 404: no such object)."""
+        return self.status == status
+
+
+class NotJsonAnswerError(KubernetesApiError):
+    """An answer whose body is not JSON, so not the API server's own: an error status
+    (a proxy's HTML 403, a plain-text 502) or a success status (a web page where the API
+    server should be). The message is the body on one line, cut to
+    `ANSWER_TEXT_MAX_CHARS`; `is_status` is never true (a proxy's 404 says nothing of an
+    object)."""
+
+    def is_status(self, status: int) -> bool:
+        return False
 
 
 class ApiServerUnreachableError(Exception):
@@ -183,6 +204,13 @@ def _ssl_context(connection: Connection) -> ssl.SSLContext | bool:
     return context
 
 
+def _one_line(text: str, limit: int = ANSWER_TEXT_MAX_CHARS) -> str:
+    """`text` on one line of at most `limit` characters: control characters and runs of
+    whitespace become one space; a longer text is cut, ending with "..."."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text[: 4 * limit]).split())
+    return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
+
+
 def _controller_uid(obj: Mapping[str, Any]) -> str | None:
     owner = controller_of(obj)
     return None if owner is None else owner.uid
@@ -226,15 +254,24 @@ class KubernetesApi:
         async with self._session.request(
             method, url.lstrip("/"), json=body, headers=headers
         ) as response:
-            payload: Any = await response.json(content_type=None)
-            if response.status >= 400:
-                reason = payload.get("reason", "") if isinstance(payload, dict) else ""
-                message = payload.get("message", "") if isinstance(payload, dict) else ""
-                error_type = (
-                    ResourceVersionConflictError if response.status == 409 else KubernetesApiError
-                )
-                raise error_type(response.status, reason or response.reason or "", message)
-            return payload if isinstance(payload, dict) else {}
+            answer = await response.read()
+            status, reason = response.status, _one_line(response.reason or "", 80)
+        try:
+            payload: Any = json.loads(answer) if answer.strip() else None
+        except ValueError:  # not JSON, or not UTF-8
+            said = answer.decode("utf-8", errors="replace")
+            if status < 400:
+                said = f"the answer is not JSON: {said}"
+            raise NotJsonAnswerError(status, reason, _one_line(said)) from None
+        if status >= 400:
+            if isinstance(payload, dict):
+                reason = str(payload.get("reason") or reason)
+                message = str(payload.get("message") or "")
+            else:
+                message = _one_line(answer.decode("utf-8", errors="replace"))
+            error_type = ResourceVersionConflictError if status == 409 else KubernetesApiError
+            raise error_type(status, reason, message)
+        return payload if isinstance(payload, dict) else {}
 
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> JSON | None:
         """The object, or None when it does not exist."""
@@ -242,7 +279,7 @@ class KubernetesApi:
         try:
             return await self._request("GET", url)
         except KubernetesApiError as error:
-            if error.status == 404:
+            if error.is_status(404):
                 return None
             raise
 
@@ -325,7 +362,7 @@ class KubernetesApi:
             created = await self.create(obj)
             return ApplyResult(obj["kind"], meta["name"], "created", created)
         except KubernetesApiError as error:
-            if error.status != 409:
+            if not error.is_status(409):  # AlreadyExists
                 raise
         existing = await self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         if existing is None:  # deleted in between: try once more
@@ -391,8 +428,9 @@ async def get_object_once(
 ) -> JSON | None:
     """One object read with a client of its own (opened and closed here), for a command:
     the object, or None when it does not exist. `KubernetesApiError` for any other error
-    answer; `ApiServerUnreachableError` when no usable answer came within the connection's
-    request timeout (or the connection's server or TLS files cannot be used)."""
+    answer (`NotJsonAnswerError` when its body is not JSON); `ApiServerUnreachableError`
+    when no usable answer came within the connection's request timeout, a success answer
+    is not JSON, or the connection's server or TLS files cannot be used."""
     server = connection.server
     if not server.startswith(("http://", "https://")):
         raise ApiServerUnreachableError(server, "not an http:// or https:// URL")
@@ -403,7 +441,9 @@ async def get_object_once(
         raise ApiServerUnreachableError(
             server, f"no answer within {connection.request_timeout_seconds:g} s"
         ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except NotJsonAnswerError as error:
+        if error.status >= 400:
+            raise
         raise ApiServerUnreachableError(server, "its answer is not JSON") from None
     except (aiohttp.ClientError, OSError) as error:  # OSError: ssl.SSLError, a missing CA file
         raise ApiServerUnreachableError(server, str(error) or type(error).__name__) from None

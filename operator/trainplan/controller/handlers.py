@@ -460,7 +460,7 @@ async def _follow_suspend(
                 api_version, kind, namespace, status["jobName"], {"spec": {"suspend": suspend}}
             )
     except KubernetesApiError as error:
-        if error.status == 404:
+        if error.is_status(404):  # not a proxy's 404 page: the API server's
             return
         raise kopf.TemporaryError(f"suspending the {kind}: {error}", delay=10) from error
     if suspend:
