@@ -1,6 +1,7 @@
 """Where `trainplan plan --calibration` reads its ClusterCalibration: a FILE holding the
 resource, or the NAME of the cluster-scoped resource, read from the API server through
-the current kubeconfig (`KUBECONFIG`, else ~/.kube/config).
+the current kubeconfig (`KUBECONFIG`, else ~/.kube/config). `NO_CALIBRATION` ("none")
+reads nothing: the plan command plans from the published constants.
 
 `calibration_source` (what a value means) and the error lines are pure. `read_calibration`
 reads the file, or the kubeconfig and the API server: it logs in as `trainplan operator`
@@ -31,6 +32,9 @@ from trainplan.cli.inputs import read_cluster_calibration
 if TYPE_CHECKING:
     from trainplan.cluster import Connection
 
+NO_CALIBRATION: Final = "none"
+"""`--calibration none`: plan without a calibration, as `hardware.calibration: none` does
+(never a file or a ClusterCalibration of that name: give a file as `./none`)."""
 CALIBRATION_REQUEST_TIMEOUT_SECONDS: Final = 5.0
 """Seconds for the one request that reads a ClusterCalibration by name: connecting, TLS
 and the whole answer (then the command gives up with one line naming the server)."""
@@ -81,6 +85,18 @@ def one_line(text: str, limit: int = SERVER_TEXT_MAX_CHARS) -> str:
     whitespace become one space, and a longer text is cut (ending with "...")."""
     flat = " ".join("".join(c if c.isprintable() else " " for c in text[: 4 * limit]).split())
     return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
+
+
+def without_calibration_problem(spec_calibration: str | None) -> str | None:
+    """Why a spec cannot be planned with `--calibration none`: it names a ClusterCalibration
+    (as with a file or name of another one, refused rather than planned uncorrected);
+    None when it names none or opts out itself."""
+    if spec_calibration is None or spec_calibration == NO_CALIBRATION:
+        return None
+    return (
+        f"names ClusterCalibration {spec_calibration!r}, but --calibration none plans without"
+        " one: drop one of them"
+    )
 
 
 def neither_line(value: str) -> str:

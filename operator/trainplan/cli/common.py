@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from trainplan.api import Plan, TrainingPlanSpec
+from trainplan.cli.calibration_source import without_calibration_problem
 from trainplan.cli.inputs import PlanInput, read_plan_inputs
 from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
 from trainplan.planner.cluster_fit import ClusterEvidence
@@ -97,9 +98,12 @@ def plan_outcomes(
     catalog: Catalog,
     report: Report,
     cluster: ClusterEvidence | None = None,
+    *,
+    without_calibration: bool = False,
 ) -> tuple[list[PlanOutcome], int]:
     """What became of every document of `files`, in order, and the exit status; with
-    `cluster`, each plan is corrected by that ClusterCalibration (`plan(cluster=)`).
+    `cluster`, each plan is corrected by that ClusterCalibration (`plan(cluster=)`);
+    `without_calibration` (`--calibration none`) refuses a spec that names one.
 
     Unreadable files, invalid documents, input errors and infeasible specs are also
     reported through `report`, one line each, prefixed with the file.
@@ -119,6 +123,9 @@ def plan_outcomes(
                 )
                 continue
             try:
+                refusal = without_calibration_problem(item.spec.hardware.calibration)
+                if without_calibration and refusal is not None:
+                    raise PlanInputError([("hardware.calibration", refusal)])
                 result = plan(item.spec, catalog, cluster=cluster)
             except PlanInputError as error:
                 report_field_problems(item, error.problems, report)

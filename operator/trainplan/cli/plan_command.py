@@ -19,7 +19,7 @@ import click
 import yaml
 from rich.console import Console
 
-from trainplan.cli.calibration_source import read_calibration
+from trainplan.cli.calibration_source import NO_CALIBRATION, read_calibration
 from trainplan.cli.common import EXIT_INVALID, plan_outcomes
 from trainplan.cli.table import print_plan_table
 from trainplan.planner import load_catalog
@@ -42,14 +42,16 @@ from trainplan.planner.cluster_fit import cluster_evidence
 )
 @click.option(
     "--calibration",
-    metavar="FILE|NAME",
+    metavar="FILE|NAME|none",
     default=None,
     help=(
         "A ClusterCalibration whose finished runs correct every plan (step time and its"
         " range, failure rate, restart cost): a FILE holding the resource (YAML or JSON),"
         " or else the NAME of one in the cluster, read through the current kubeconfig"
         " (KUBECONFIG, else ~/.kube/config). A spec with hardware.calibration: none is"
-        " planned without it; one naming another calibration is refused."
+        " planned without it; one naming another calibration is refused. 'none' plans"
+        " from the published constants, reading nothing (like hardware.calibration:"
+        " none); a spec naming a calibration is then refused (a file named none: ./none)."
     ),
 )
 def command(files: tuple[Path, ...], output: str, calibration: str | None) -> None:
@@ -61,7 +63,8 @@ def command(files: tuple[Path, ...], output: str, calibration: str | None) -> No
     catalog = load_catalog()
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     cluster = None
-    if calibration is not None:
+    without_calibration = calibration == NO_CALIBRATION
+    if calibration is not None and not without_calibration:
         resource, problems = read_calibration(calibration)
         for problem in problems:
             errors.print(problem, markup=False)
@@ -69,7 +72,11 @@ def command(files: tuple[Path, ...], output: str, calibration: str | None) -> No
             sys.exit(EXIT_INVALID)
         cluster = cluster_evidence(resource, catalog.calibration)
     outcomes, status = plan_outcomes(
-        files, catalog, lambda line: errors.print(line, markup=False), cluster
+        files,
+        catalog,
+        lambda line: errors.print(line, markup=False),
+        cluster,
+        without_calibration=without_calibration,
     )
     if output == "table":
         console = Console()
