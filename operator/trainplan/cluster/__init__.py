@@ -11,6 +11,7 @@ from trainplan.cluster.client import (
     NotJsonAnswerError,
     OwnershipConflictError,
     ResourceVersionConflictError,
+    StatusKeptChangingError,
     event_for,
     get_object_once,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "OwnershipVerdict",
     "ResourcePath",
     "ResourceVersionConflictError",
+    "StatusKeptChangingError",
     "controller_of",
     "event_for",
     "get_object_once",

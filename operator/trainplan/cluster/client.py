@@ -16,7 +16,7 @@ import json
 import os
 import ssl
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import Any, Final, Literal, Self
@@ -124,6 +124,10 @@ class ApiServerUnreachableError(Exception):
 
 class ResourceVersionConflictError(KubernetesApiError):
     """409: the object changed since it was read (optimistic concurrency); read it again."""
+
+
+class StatusKeptChangingError(Exception):
+    """`KubernetesApi.update_status` met a concurrent write on every attempt."""
 
 
 class OwnershipConflictError(Exception):
@@ -318,6 +322,42 @@ class KubernetesApi:
             metadata = {**patch.get("metadata", {}), "resourceVersion": resource_version}
             patch = {**patch, "metadata": metadata}
         return await self._request("PATCH", url, body=patch, content_type=_MERGE_PATCH)
+
+    async def update_status(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        compute: Callable[[JSON], Awaitable[Mapping[str, Any] | None]],
+        *,
+        attempts: int,
+    ) -> tuple[JSON, Mapping[str, Any]] | None:
+        """Read the object, patch its status with what `compute` makes of it onto the
+        version read, and read again after a concurrent write (at most `attempts` times,
+        then StatusKeptChangingError). Returns the object read and the status patch
+        written, or None when the object is gone or `compute` has nothing to write."""
+        for _ in range(attempts):
+            current = await self.get(api_version, kind, namespace, name)
+            if current is None:
+                return None
+            update = await compute(current)
+            if update is None:
+                return None
+            try:
+                await self.patch(
+                    api_version,
+                    kind,
+                    namespace,
+                    name,
+                    {"status": update},
+                    subresource="status",
+                    resource_version=(current.get("metadata") or {}).get("resourceVersion"),
+                )
+            except ResourceVersionConflictError:
+                continue
+            return current, update
+        raise StatusKeptChangingError(f"the status of {kind} {namespace}/{name} kept changing")
 
     async def ownership_conflicts(
         self, objects: Iterable[Mapping[str, Any]]

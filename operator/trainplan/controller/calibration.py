@@ -4,7 +4,8 @@
 says it planned and measured, and the ClusterCalibration status with that record added
 (records beyond `spec.maxRecords` folded into `status.folded`, the fit's figures and a `Calibrated`
 condition recomputed from the records). `record_finished_run` reads the resource and
-writes that status onto the version it read, reading again after a concurrent write.
+writes that status onto the version it read, reading again after a concurrent write
+(`KubernetesApi.update_status`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from trainplan.api import (
     format_count,
     format_duration,
 )
-from trainplan.cluster import ResourceVersionConflictError
+from trainplan.cluster import StatusKeptChangingError
 from trainplan.controller.conditions import make_condition, merge_conditions
 from trainplan.controller.context import ControllerContext
 from trainplan.monitor.exposition import CalibrationFigures
@@ -261,36 +262,27 @@ async def record_finished_run(context: ControllerContext, plan_document: Mapping
             meta.get("name"),
         )
         return
-    api = context.api()
-    for _ in range(_WRITE_ATTEMPTS):
-        document = await api.get(API_VERSION, CLUSTER_CALIBRATION_KIND, "", name)
-        if document is None:
-            return
+
+    async def with_record(document: dict[str, Any]) -> dict[str, Any] | None:
         # Up to `MAX_RECORDS` records to validate and refit: off the event loop.
-        status = await asyncio.to_thread(
+        return await asyncio.to_thread(
             status_with_record, document, record, context.catalog.calibration, now
         )
-        if status is None:
-            return
-        try:
-            await api.patch(
-                API_VERSION,
-                CLUSTER_CALIBRATION_KIND,
-                "",
-                name,
-                {"status": status},
-                subresource="status",
-                resource_version=(document.get("metadata") or {}).get("resourceVersion"),
-            )
-        except ResourceVersionConflictError:
-            continue
-        context.metrics.record_calibration(
-            name,
-            CalibrationFigures(
-                gpu_type=str((document.get("spec") or {}).get("gpuType", "")),
-                step_seconds_factor=float(status["stepSecondsFactor"]),
-                runs=int(status["runs"]),
-            ),
+
+    try:
+        written = await context.api().update_status(
+            API_VERSION, CLUSTER_CALIBRATION_KIND, "", name, with_record, attempts=_WRITE_ATTEMPTS
         )
+    except StatusKeptChangingError as error:
+        raise kopf.TemporaryError(str(error), delay=1) from error
+    if written is None:
         return
-    raise kopf.TemporaryError(f"ClusterCalibration {name} kept changing", delay=1)
+    document, status = written
+    context.metrics.record_calibration(
+        name,
+        CalibrationFigures(
+            gpu_type=str((document.get("spec") or {}).get("gpuType", "")),
+            step_seconds_factor=float(status["stepSecondsFactor"]),
+            runs=int(status["runs"]),
+        ),
+    )

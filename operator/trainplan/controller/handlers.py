@@ -29,6 +29,7 @@ from trainplan.cluster import (
     KubernetesApiError,
     OwnershipConflictError,
     ResourceVersionConflictError,
+    StatusKeptChangingError,
     event_for,
     judge_ownership,
 )
@@ -377,30 +378,30 @@ async def _patch_plan_status(
     ETA timer and the child handlers write the same status), reading again after a
     concurrent write; returns the plan, its new status and what `compute` handed back, or
     None when the plan is gone or `compute` has nothing to write."""
-    api = context.api()
-    for _ in range(STATUS_WRITE_ATTEMPTS):
-        parent = await api.get(API_VERSION, TRAINING_PLAN_KIND, namespace, plan_name)
-        if parent is None:
-            return None
+    extras: list[Any] = []
+
+    async def update(parent: dict[str, Any]) -> dict[str, Any] | None:
         computed = compute(parent, context.clock())
         if computed is None:
             return None
-        update, extra = computed
-        meta = parent.get("metadata", {})
-        try:
-            await api.patch(
-                API_VERSION,
-                TRAINING_PLAN_KIND,
-                namespace,
-                plan_name,
-                {"status": update},
-                subresource="status",
-                resource_version=meta.get("resourceVersion"),
-            )
-        except ResourceVersionConflictError:
-            continue
-        return parent, {**(parent.get("status", {}) or {}), **update}, extra
-    raise kopf.TemporaryError(f"the status of {namespace}/{plan_name} kept changing", delay=1)
+        extras[:] = [computed[1]]
+        return computed[0]
+
+    try:
+        written = await context.api().update_status(
+            API_VERSION,
+            TRAINING_PLAN_KIND,
+            namespace,
+            plan_name,
+            update,
+            attempts=STATUS_WRITE_ATTEMPTS,
+        )
+    except StatusKeptChangingError as error:
+        raise kopf.TemporaryError(str(error), delay=1) from error
+    if written is None:
+        return None
+    parent, patch = written
+    return parent, {**(parent.get("status", {}) or {}), **patch}, extras[0]
 
 
 async def _carry_child_state(
