@@ -18,6 +18,10 @@ BENCHMARKS = (
         "cluster calibration (a simulated cluster unlike the catalog)",
         "benchmarks.cluster_calibration",
     ),
+    (
+        "cluster calibration through the operator (kmock, simulated clock)",
+        "benchmarks.cluster_calibration_operator",
+    ),
     ("reporter overhead", "benchmarks.reporter_overhead"),
     ("ETA accuracy under injected failures", "benchmarks.eta_accuracy"),
     (

@@ -484,10 +484,16 @@ class OperatorProcess:
     cancels every task of its loop when it stops, so it must not share the test's."""
 
     def __init__(
-        self, cluster: Cluster, catalog: Catalog, config: OperatorConfig | None = None
+        self,
+        cluster: Cluster,
+        catalog: Catalog,
+        config: OperatorConfig | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.cluster = cluster
         self.catalog = catalog
+        self.clock = clock
+        """The operator's clock (tz-aware); None: the wall clock."""
         # Operator metrics on any free port: several operators start in one test session.
         self.config = config or OperatorConfig(metrics_port=0, metrics_address="127.0.0.1")
         self._thread: threading.Thread | None = None
@@ -505,6 +511,8 @@ class OperatorProcess:
 
     def _run(self, ready: threading.Event) -> None:
         context = self._context = ControllerContext(catalog=self.catalog, config=self.config)
+        if self.clock is not None:
+            context.clock = self.clock
         try:
             asyncio.run(
                 run_operator(context, login=self._login, stop_flag=self._stop, ready_flag=ready)
