@@ -13,7 +13,9 @@ from trainplan.api import CalibrationRecord, ClusterCalibration, TrainingPlanSpe
 from trainplan.controller.calibration import (
     RECORD_MIN_STEPS,
     finished_run_record,
+    measured_restart_seconds,
     status_with_record,
+    steady_step_seconds,
 )
 from trainplan.planner import Catalog, plan
 from trainplan.planner.cluster_fit import (
@@ -73,7 +75,11 @@ def test_a_steady_run_is_recorded_with_the_catalogs_planned_step(catalog: Catalo
     assert record is not None
     assert record.plan == "team-a/run"
     assert record.finished == datetime(2026, 11, 25, 10, tzinfo=UTC)
-    assert record.measured_step_seconds == pytest.approx(record.planned_step_seconds * 1.2)
+    # The measured step time averages the checkpoint writes in: the record's is steady.
+    interval = status(catalog)["plan"]["reliability"]["checkpointIntervalSteps"]
+    assert record.measured_step_seconds == pytest.approx(
+        record.planned_step_seconds * 1.2 - 12.5 / interval
+    )
     assert (record.interruptions, record.gpu_hours, record.gpus) == (3, 40.0, 8)
     # 6,000 s lost per interruption, less half a checkpoint interval of redone steps.
     planned = status(catalog)["plan"]
@@ -176,3 +182,19 @@ def test_folded_records_count_as_if_they_were_kept(catalog: Catalog) -> None:
     kept = fit_cluster(run_records(ClusterCalibration.model_validate(document)), prior)
     assert kept.runs == 4
     assert kept.step_seconds_ratio_p90 > stored.step_seconds_ratio_p90
+
+
+def test_a_restart_hidden_by_the_redone_work_is_no_measurement() -> None:
+    """Lost time within half a checkpoint interval says nothing of the restart itself
+    (the redone work spreads from 0 to a whole interval): no restart time, not a 0 that
+    would pull the cluster's median restart cost down."""
+    assert measured_restart_seconds(1000.0, 1200.0) == pytest.approx(400.0)
+    assert measured_restart_seconds(500.0, 1200.0) is None
+    assert measured_restart_seconds(600.0, 1200.0) is None
+
+
+def test_the_steady_step_leaves_the_checkpoint_writes_out() -> None:
+    assert steady_step_seconds(2.1, 50.0, 500) == pytest.approx(2.0)
+    assert steady_step_seconds(2.0, 0.0, 500) == 2.0
+    # A checkpoint time that would leave nothing is not trusted over the measurement.
+    assert steady_step_seconds(2.0, 5000.0, 1) == 2.0

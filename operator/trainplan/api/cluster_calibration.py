@@ -56,7 +56,11 @@ class CalibrationRecord(ApiModel):
         ),
     )
     measured_step_seconds: float = Field(
-        gt=0, le=_SECONDS_MAX, description="The run's steady step time (median)."
+        gt=0,
+        le=_SECONDS_MAX,
+        description=(
+            "The run's steady step time: the measured one less its checkpoint writes per step."
+        ),
     )
     gpu_hours: float = Field(
         ge=0,

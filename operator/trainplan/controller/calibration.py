@@ -55,13 +55,27 @@ _WRITE_ATTEMPTS: Final = 5
 _log = logging.getLogger(__name__)
 
 
-def measured_restart_seconds(lost_seconds_per_interruption: float, work_seconds: float) -> float:
+def measured_restart_seconds(
+    lost_seconds_per_interruption: float, work_seconds: float
+) -> float | None:
     """The restart cost R a run measured. The ETA counts each interruption's cost as the
     time from the interruption until the run regains the step it had reached, which the
     planner's reliability model prices as R + W / 2 (W the work between checkpoints, of
     which half is redone on average: `planner.reliability`, after Young 1974 and Daly
-    2006), so R = cost - W / 2, at least 0."""
-    return min(max(0.0, lost_seconds_per_interruption - work_seconds / 2.0), 1.0e7)
+    2006), so R = cost - W / 2. None when the cost is within the half interval: the
+    redone work's spread (0 to W) then hides R, and a 0 would be no measurement."""
+    restart = lost_seconds_per_interruption - work_seconds / 2.0
+    return min(restart, 1.0e7) if restart > 0 else None
+
+
+def steady_step_seconds(
+    measured_step_seconds: float, checkpoint_seconds: float, interval_steps: int
+) -> float:
+    """The steady step time of a run whose measured step time averages its checkpoint
+    writes in (the ETA's speed is over wall time between steps): less the checkpoint time
+    per step, as the planner adds it on its own (`planner.reliability`)."""
+    steady = measured_step_seconds - checkpoint_seconds / max(1, interval_steps)
+    return steady if steady > 0 else measured_step_seconds
 
 
 def finished_run_record(
@@ -83,11 +97,21 @@ def finished_run_record(
     whole_run = plan.calibration.whole_run_factor if plan.calibration is not None else 1.0
     failures = status.failures
     interruptions = failures.count if failures is not None else 0
+    checkpoint_seconds = (
+        progress.measured_checkpoint_seconds
+        if progress.measured_checkpoint_seconds is not None
+        else plan.reliability.checkpoint_seconds
+    )
+    measured_step = steady_step_seconds(
+        progress.measured_step_seconds,
+        checkpoint_seconds,
+        plan.reliability.checkpoint_interval_steps,
+    )
     restart_seconds = None
     if failures is not None and interruptions > 0 and failures.lost_seconds > 0:
         restart_seconds = measured_restart_seconds(
             failures.lost_seconds / interruptions,
-            plan.reliability.checkpoint_interval_steps * progress.measured_step_seconds,
+            plan.reliability.checkpoint_interval_steps * measured_step,
         )
     failure_free = failure_free_gpu_hours(plan)
     planned_gpu_hours = failure_free / (factor * whole_run) if failure_free > 0 else None
@@ -100,7 +124,7 @@ def finished_run_record(
             gpus=plan.gpus,
             layout=plan.layout.summary[:200],
             planned_step_seconds=plan.step_seconds / factor,
-            measured_step_seconds=progress.measured_step_seconds,
+            measured_step_seconds=measured_step,
             gpu_hours=status.gpu_hours.used if status.gpu_hours is not None else 0.0,
             interruptions=interruptions,
             restart_seconds=restart_seconds,
