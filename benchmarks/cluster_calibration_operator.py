@@ -103,6 +103,8 @@ MEASURED_GOAL = 0.01
 """The operator's measured step time within this of the served one."""
 WAIT_SECONDS = 30.0
 PLANNING_WAIT_SECONDS = 120.0
+DELETION_WAIT_SECONDS = 90.0
+"""Longer than Kopf's default retry delay of a failed deletion handler (60 s)."""
 IMAGE = "registry.example/train:1.0"
 
 
@@ -304,8 +306,8 @@ class RunReport:
     """Measured by the ETA loop after `MEASURED_STEPS` steps at the clock's pace (before
     any checkpoint of the runs here)."""
     recorded_step_seconds: float
-    """In the ClusterCalibration record, at the end of the run (its checkpoints averaged
-    in)."""
+    """In the ClusterCalibration record, at the end of the run (the checkpoint seconds
+    averaged into the run's mean step taken out again)."""
     interruptions: int
     recorded_interruptions: int
     recorded_restart_seconds: float | None
@@ -315,11 +317,11 @@ class RunReport:
 
     @property
     def measured_error(self) -> float:
-        """The larger error of the measured step time (against the served one) and of
-        the recorded one (against the served one with the checkpoints averaged in)."""
+        """The larger error of the measured and of the recorded step time, each against
+        the served one (the steady step, without checkpoints)."""
         return max(
             abs(self.measured_step_seconds / self.served_step_seconds - 1),
-            abs(self.recorded_step_seconds / self.served_mean_step_seconds - 1),
+            abs(self.recorded_step_seconds / self.served_step_seconds - 1),
         )
 
 
@@ -415,6 +417,20 @@ class Simulation:
         self, check: Callable[[], bool], what: str, timeout_seconds: float = WAIT_SECONDS
     ) -> None:
         await self.cluster.wait_for(check, what, timeout_seconds)
+
+    async def wait_gone(self, name: str) -> None:
+        """Wait for a deleted plan to go; if it stays, say what holds it."""
+        try:
+            await self.wait(
+                functools.partial(self.gone, name), f"{name} to go", DELETION_WAIT_SECONDS
+            )
+        except AssertionError as error:
+            meta = self.cluster.plan(name).get("metadata", {})
+            held = {
+                key: meta.get(key)
+                for key in ("finalizers", "deletionTimestamp", "resourceVersion", "annotations")
+            }
+            raise AssertionError(f"{error}; the plan's metadata: {held}") from error
 
     async def revised_after(self, name: str, seconds: float) -> None:
         """Wait for an ETA revision whose clock read at least `seconds`."""
@@ -606,7 +622,7 @@ class Simulation:
                 "DELETE", f"/apis/trainplan.dev/v1alpha1/namespaces/default/trainingplans/{name}"
             )
             assert code in (200, 202), answer
-            await self.wait(functools.partial(self.gone, name), f"{name} to go")
+            await self.wait_gone(name)
             if job:  # the garbage collector's part
                 await self.cluster._call("DELETE", f"/apis/batch/v1/namespaces/default/jobs/{job}")
         return CheckpointReport(
