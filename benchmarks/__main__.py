@@ -34,7 +34,8 @@ BENCHMARKS = (
 NOT_HERE = (
     (
         "measured vs planned step time on a GPU",
-        "needs a GPU: the reference trainer on an H100 (see BENCHMARKS.md)",
+        "needs a GPU: python -m benchmarks.reference_gpu there, then"
+        " benchmarks.reference_gpu_compare here (BENCHMARKS.md: one H200)",
     ),
 )
 
