@@ -45,6 +45,10 @@ FAILURE_RATE_MULTIPLE = 3.0
 RUN_SCATTER_LOG = 0.03
 WHOLE_RUN_SCATTER_LOG = 0.05
 """A run's GPU-hours scatter beyond its step time's (set, not fitted)."""
+TRUE_CHECKPOINT_BYTES_PER_SECOND = 4.0e9
+"""The simulated cluster's checkpoint write rate (a shared file system at 4 GB/s: a 70B
+model's 0.94 TB of weights and optimizer state in 4 minutes, where the spec's default says
+60 s for every model)."""
 SEEDS = 20
 CHECKPOINTS = (0, 1, 3, 10)
 GPU = "A100-SXM4-80GB"
@@ -78,6 +82,8 @@ class Truth:
     gpus: int
     failure_free_gpu_hours: float
     expected_interruptions: float
+    checkpoint_seconds: float
+    checkpoint_bytes: float
 
     @property
     def gpu_hours(self) -> float:
@@ -96,6 +102,7 @@ def truth_fit(catalog: Catalog) -> ClusterFit:
         interruptions_beta_gpu_hours=1e9,
         restart_seconds=None,
         checkpoint_seconds=None,
+        checkpoint_bytes_per_second=TRUE_CHECKPOINT_BYTES_PER_SECOND,
     )
 
 
@@ -118,6 +125,8 @@ def make_truth(catalog: Catalog) -> object:
             gpus=real.gpus,
             failure_free_gpu_hours=failure_free_gpu_hours(real),
             expected_interruptions=real.reliability.expected_interruptions,
+            checkpoint_seconds=real.reliability.checkpoint_seconds,
+            checkpoint_bytes=real.reliability.checkpoint_bytes or 0.0,
         )
 
     return truth
@@ -149,6 +158,8 @@ def records_for(catalog: Catalog, truth: object, seed: int, count: int) -> list[
                 interruptions=interruptions,
                 planned_gpu_hours=real.catalog_failure_free_gpu_hours,
                 lost_gpu_hours=lost_gpu_hours,
+                checkpoint_seconds=real.checkpoint_seconds,
+                checkpoint_bytes=real.checkpoint_bytes,
             )
         )
     return records

@@ -477,9 +477,9 @@ class Simulation:
         whole = math.exp(self.rng.normal(0.0, WHOLE_RUN_SCATTER_LOG))
         goodput = self.catalog.calibration.run_goodput
         startup = max(0.0, total * step_seconds * (whole / goodput - 1))
-        up_seconds = (
-            startup + total * step_seconds + total // interval * reliability["checkpointSeconds"]
-        )
+        # The trainer checkpoints at the plan's interval, at the cluster's true write rate.
+        checkpoint_seconds = real.checkpoint_seconds
+        up_seconds = startup + total * step_seconds + total // interval * checkpoint_seconds
         rate = FAILURE_RATE_MULTIPLE * self.catalog.calibration.interruptions_per_gpu_hour
         count = min(int(self.rng.poisson(rate * gpus * up_seconds / 3600.0)), MAX_INTERRUPTIONS)
         low, high = 3 * MEASURED_STEPS, total - 20
@@ -493,7 +493,7 @@ class Simulation:
             start_seconds=start,
             startup_seconds=startup,
             step_seconds=step_seconds,
-            checkpoint_seconds=float(reliability["checkpointSeconds"]),
+            checkpoint_seconds=checkpoint_seconds,
             interval_steps=interval,
             total_steps=total,
             tokens_per_step=int(planned["tokensPerStep"]),

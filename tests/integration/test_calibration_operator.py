@@ -117,6 +117,9 @@ async def test_a_finished_run_adds_its_record(operator: OperatorProcess, cluster
     assert record["gpuHours"] == 12.5
     assert record["restartSeconds"] == pytest.approx(400.0)
     assert record["checkpointSeconds"] == 30.0
+    assert record["checkpointBytes"] == planned["reliability"]["checkpointBytes"] > 0
+    # The only record with both: its bytes over 30 s are the cluster's write rate.
+    assert status["checkpointBytesPerSecond"] == pytest.approx(record["checkpointBytes"] / 30.0)
     assert status["runs"] == 4
     (condition,) = status["conditions"]
     assert condition["type"] == "Calibrated"

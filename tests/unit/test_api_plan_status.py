@@ -70,7 +70,9 @@ ADDED_PLAN_KEYS = {
 ADDED_LAYOUT_KEYS = {"virtualPipelineStages", "sequenceParallel"}
 ADDED_MEMORY_KEYS = {"logitsBytes"}
 ADDED_STEP_KEYS = {"pipelineCommSeconds"}
-ADDED_RELIABILITY_KEYS = {"checkpointSeconds", "meanSecondsBetweenInterruptions", "lostWorkSeconds"}
+ADDED_RELIABILITY_KEYS = {
+    "checkpointSeconds", "checkpointBytes", "meanSecondsBetweenInterruptions", "lostWorkSeconds",
+}  # fmt: skip
 ALTERNATIVE_KEYS = {
     "gpus", "nodes", "layout", "stepSeconds", "durationSeconds", "gpuHours", "mfu",
     "memoryTotalBytes", "note",
@@ -134,6 +136,7 @@ def plan_document() -> dict[str, Any]:
             "checkpointIntervalSteps": 400,
             "restartSeconds": 600.0,
             "checkpointSeconds": 60.0,
+            "checkpointBytes": 9.4e10,
             "meanSecondsBetweenInterruptions": 99_000.0,
             "lostWorkSeconds": 6_000.0,
         },

@@ -170,7 +170,7 @@ def test_minimal_spec_takes_the_documented_defaults() -> None:
     assert spec.training.precision == "bf16"
     assert spec.training.optimizer == "adamw"
     assert spec.training.attention == "flash"
-    assert spec.reliability.checkpoint_seconds == 60
+    assert spec.reliability.checkpoint_seconds is None  # 60 s when planned (resolve)
     assert spec.reliability.max_restarts == 10
     assert spec.job.command == DEFAULT_COMMAND == ("python", "-m", "trainplan.runtime.train")
     assert spec.job.launcher == "Job"

@@ -198,3 +198,56 @@ def test_the_steady_step_leaves_the_checkpoint_writes_out() -> None:
     assert steady_step_seconds(2.0, 0.0, 500) == 2.0
     # A checkpoint time that would leave nothing is not trusted over the measurement.
     assert steady_step_seconds(2.0, 5000.0, 1) == 2.0
+
+
+def test_a_measured_checkpoint_rate_sets_the_checkpoint_time_of_new_plans(
+    catalog: Catalog,
+) -> None:
+    record = finished_run_record("team-a", "run", status(catalog), NOW)
+    assert record is not None
+    planned = status(catalog)["plan"]
+    # pythia-1b in bf16 with AdamW: 2 bytes of weights and 12 of optimizer state a parameter.
+    assert record.checkpoint_bytes == planned["reliability"]["checkpointBytes"]
+    assert record.checkpoint_bytes == pytest.approx(planned["parameters"] * 14, rel=0.001)
+    assert planned["reliability"]["checkpointSeconds"] == 60.0  # no calibration: the default
+    # Three runs writing 10, 40 and 100 GB at 2, 1 and 4 GB/s: the median rate, 2 GB/s.
+    runs = [
+        RunRecord(2.0, 2.4, 100.0, 0, checkpoint_seconds=seconds, checkpoint_bytes=written)
+        for seconds, written in ((5.0, 10e9), (40.0, 40e9), (25.0, 100e9))
+    ]
+    fit = fit_cluster(runs, catalog.calibration)
+    assert fit.checkpoint_bytes_per_second == pytest.approx(2e9)
+    cluster = ClusterEvidence("fleet", 1, "A100-SXM4-80GB", fit)
+    corrected = plan(TrainingPlanSpec.model_validate(SPEC), catalog, cluster=cluster)
+    assert corrected.reliability.checkpoint_seconds == pytest.approx(record.checkpoint_bytes / 2e9)
+    # A spec's own checkpoint time stands.
+    told = {**SPEC, "reliability": {"checkpointSeconds": 90.0}}
+    kept = plan(TrainingPlanSpec.model_validate(told), catalog, cluster=cluster)
+    assert kept.reliability.checkpoint_seconds == 90.0
+
+
+def test_folded_checkpoint_rates_are_kept(catalog: Catalog) -> None:
+    document = calibration(0, max_records=1)
+    for i, (seconds, written) in enumerate(((10.0, 10e9), (10.0, 30e9), (10.0, 50e9))):
+        added = CalibrationRecord(
+            plan=f"team-a/run-{i}",
+            finished=NOW,
+            gpus=8,
+            planned_step_seconds=2.0,
+            measured_step_seconds=2.4,
+            gpu_hours=50.0,
+            checkpoint_seconds=seconds,
+            checkpoint_bytes=written,
+        )
+        new = status_with_record(document, added, catalog.calibration, NOW)
+        assert new is not None
+        document = {**document, "status": new}
+    validator = validator_for(committed_crd("clustercalibrations"), "status")
+    assert list(validator.iter_errors(document["status"])) == []
+    folded = document["status"]["folded"]
+    assert folded["checkpointRateRuns"] == 2
+    assert folded["checkpointBytesPerSecond"] == pytest.approx(2e9)  # mean of 1 and 3 GB/s
+    # The one record kept (5 GB/s) outweighs the folded mean: the records' median stands.
+    assert document["status"]["checkpointBytesPerSecond"] == pytest.approx(5e9)
+    fit = cluster_evidence(ClusterCalibration.model_validate(document), catalog.calibration).fit
+    assert fit.checkpoint_bytes_per_second == pytest.approx(5e9)

@@ -101,6 +101,7 @@ RELIABILITY_KEYS = {
     "checkpointIntervalSteps",
     "restartSeconds",
     "checkpointSeconds",
+    "checkpointBytes",
     "meanSecondsBetweenInterruptions",
     "lostWorkSeconds",
 }

@@ -16,6 +16,7 @@ from trainplan.planner.layout import (
     Workload,
 )
 from trainplan.planner.memory import (
+    checkpoint_bytes,
     checkpointed_layer_bytes_per_token,
     estimate_memory,
     in_flight_layer_passes,
@@ -181,6 +182,8 @@ def test_state_bytes_per_parameter(
 ) -> None:
     state = state_bytes_per_parameter(precision, optimizer)
     assert (state.weights, state.gradients, state.optimizer) == expected
+    # A checkpoint holds the weights and the optimizer state, not the gradients.
+    assert checkpoint_bytes(1e9, precision, optimizer) == 1e9 * (expected[0] + expected[2])
 
 
 def workload(gpu: GPUSpec, shape: ModelShape, attention: AttentionKernel = "flash") -> Workload:

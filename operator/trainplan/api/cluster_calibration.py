@@ -27,6 +27,8 @@ _NAME_MAX_LENGTH: Final = 253
 _PLAN_REFERENCE_MAX_LENGTH: Final = 2 * _NAME_MAX_LENGTH + 1
 _LAYOUT_MAX_LENGTH: Final = 200
 _FOLDED_RUNS_MAX: Final = 1_000_000_000
+_BYTES_MAX: Final = 1.0e15
+"""A checkpoint's bytes (a petabyte), and a write rate in bytes per second."""
 _FOLDED_LOG_RATIO_MAX: Final = 1.0e11
 """Folded runs times the largest log ratio of bounded step times (ln 1e7 / 1e-7 < 40)."""
 _FOLDED_SQUARES_MAX: Final = 1.0e13
@@ -101,6 +103,12 @@ class CalibrationRecord(ApiModel):
     checkpoint_seconds: float | None = Field(
         None, ge=0, le=_SECONDS_MAX, description="Mean seconds to write a checkpoint."
     )
+    checkpoint_bytes: float | None = Field(
+        None,
+        gt=0,
+        le=_BYTES_MAX,
+        description="Bytes each checkpoint wrote (weights and optimizer state, as planned).",
+    )
 
 
 class LogRatioTotals(ApiModel):
@@ -146,6 +154,15 @@ class FoldedRecords(ApiModel):
         None, ge=0, le=_SECONDS_MAX, description="Mean checkpoint seconds of those measuring it."
     )
     checkpoint_runs: int = Field(0, ge=0, le=_FOLDED_RUNS_MAX, description="Runs measuring it.")
+    checkpoint_bytes_per_second: float | None = Field(
+        None,
+        gt=0,
+        le=_BYTES_MAX,
+        description="Mean checkpoint write rate (bytes per second) of those measuring it.",
+    )
+    checkpoint_rate_runs: int = Field(
+        0, ge=0, le=_FOLDED_RUNS_MAX, description="Runs measuring the write rate."
+    )
 
 
 class ClusterCalibrationSpec(ApiModel):
@@ -207,6 +224,15 @@ class ClusterCalibrationStatus(ApiModel):
     )
     checkpoint_seconds: float | None = Field(
         None, ge=0, description="The fitted checkpoint cost (median of the records)."
+    )
+    checkpoint_bytes_per_second: float | None = Field(
+        None,
+        gt=0,
+        le=_BYTES_MAX,
+        description=(
+            "The fitted checkpoint write rate (median of the records' bytes over seconds):"
+            " plans that set no reliability.checkpointSeconds write their checkpoint at it."
+        ),
     )
     conditions: tuple[Condition, ...] = Field(
         (), max_length=MAX_CONDITIONS, description="Standard conditions."

@@ -94,6 +94,12 @@ class PlanReliability(ApiModel):
     checkpoint_interval_steps: int = Field(ge=1, description="Steps between checkpoints.")
     restart_seconds: float = Field(ge=0, description="Seconds from an interruption to training.")
     checkpoint_seconds: float = Field(ge=0, description="Seconds to write one checkpoint.")
+    checkpoint_bytes: float | None = Field(
+        None,
+        ge=0,
+        le=1.0e15,
+        description="Bytes one checkpoint writes (weights and optimizer state).",
+    )
     mean_seconds_between_interruptions: float | None = Field(
         None, gt=0, description="Mean time between interruptions; absent when the rate is zero."
     )

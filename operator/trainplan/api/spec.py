@@ -324,8 +324,14 @@ class ReliabilitySpec(ApiModel):
         le=10**13,
         description="Steps between checkpoints; recommended (Young/Daly) when omitted.",
     )
-    checkpoint_seconds: float = Field(
-        60.0, ge=0, le=_WEEK_SECONDS, description="Seconds to write one checkpoint (up to a week)."
+    checkpoint_seconds: float | None = Field(
+        None,
+        ge=0,
+        le=_WEEK_SECONDS,
+        description=(
+            "Seconds to write one checkpoint (up to a week). Unset: the model's checkpoint"
+            " bytes at the write rate its ClusterCalibration measured, else 60."
+        ),
     )
     max_restarts: int = Field(
         10, ge=0, le=1_000_000, description="Restarts allowed before the plan fails."

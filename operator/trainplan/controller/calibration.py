@@ -129,6 +129,7 @@ def finished_run_record(
             interruptions=interruptions,
             restart_seconds=restart_seconds,
             checkpoint_seconds=progress.measured_checkpoint_seconds,
+            checkpoint_bytes=plan.reliability.checkpoint_bytes or None,
             planned_gpu_hours=planned_gpu_hours,
             lost_gpu_hours=lost_gpu_hours,
         )
@@ -193,6 +194,7 @@ def status_with_record(
         "wholeRunFactor": fit.whole_run_factor,
         "restartSeconds": fit.restart_seconds,
         "checkpointSeconds": fit.checkpoint_seconds,
+        "checkpointBytesPerSecond": fit.checkpoint_bytes_per_second,
         "conditions": merge_conditions(previous, [condition]),
     }
     if fit.gpu_hours_ratio_p10 is not None and fit.gpu_hours_ratio_p90 is not None:
@@ -226,6 +228,11 @@ def calibration_summary(fit: ClusterFit, folded_runs: int) -> str:
         parts.append(f"restarts take {format_duration(fit.restart_seconds)}")
     if fit.checkpoint_seconds is not None:
         parts.append(f"checkpoints take {format_duration(fit.checkpoint_seconds)}")
+    if fit.checkpoint_bytes_per_second is not None:
+        parts.append(
+            f"checkpoints write at {fit.checkpoint_bytes_per_second / 1e9:.3g} GB/s"
+            " (plans without checkpointSeconds use it)"
+        )
     if fit.down_weighted:
         parts.append(f"{format_count(fit.down_weighted, 'outlier run')} down-weighted")
     return "; ".join(parts)

@@ -96,6 +96,10 @@ class Calibration:
     """Multiplies a whole run's failure-free time beyond its steps' correction: a
     cluster's measured whole-run ratio (`cluster_fit.apply_cluster_fit`), 1 for the
     published constants."""
+    checkpoint_bytes_per_second: float | None = None
+    """A cluster's measured checkpoint write rate (`cluster_fit.apply_cluster_fit`): a plan
+    whose spec sets no `checkpointSeconds` writes its checkpoint bytes at this rate; None
+    for the published constants (the spec's default then stands)."""
 
     def architecture(self, name: str) -> ArchitectureEfficiency:
         """The constants for `name`, or the `default` entry."""
@@ -162,6 +166,7 @@ def calibration_to_mapping(calibration: Calibration) -> dict[str, Any]:
         }
     }
     for f in fields(calibration):
-        if f.name != "architectures":
+        # A cluster's corrections (whole-run factor, checkpoint rate) are no catalog data.
+        if f.name != "architectures" and f.name in _CalibrationDocument.model_fields:
             document[f.name] = getattr(calibration, f.name)
     return document

@@ -82,11 +82,20 @@ class RunRecord:
     interruptions: int
     restart_seconds: float | None = None
     checkpoint_seconds: float | None = None
+    checkpoint_bytes: float | None = None
+    """Bytes each of its checkpoints wrote (the plan's `memory.checkpoint_bytes`)."""
     planned_gpu_hours: float | None = None
     """The catalog's failure-free GPU-hours for the run (`failure_free_gpu_hours` of its
     plan, over the factors that corrected it); None when not recorded."""
     lost_gpu_hours: float = 0.0
     """GPU-hours the run lost to interruptions (restarts and redone steps)."""
+
+    @property
+    def checkpoint_bytes_per_second(self) -> float | None:
+        """The run's checkpoint write rate; None unless it measured both figures."""
+        if not self.checkpoint_bytes or not self.checkpoint_seconds:
+            return None
+        return self.checkpoint_bytes / self.checkpoint_seconds
 
     @property
     def log_ratio(self) -> float:
@@ -167,6 +176,9 @@ class FoldedEvidence:
     checkpoint_seconds: float | None = None
     """Mean checkpoint seconds of the folded runs that measured it."""
     checkpoint_runs: int = 0
+    checkpoint_bytes_per_second: float | None = None
+    """Mean checkpoint write rate of the folded runs that measured it."""
+    checkpoint_rate_runs: int = 0
 
     @property
     def runs(self) -> int:
@@ -202,6 +214,11 @@ def fold(
         folded.checkpoint_runs,
         [r.checkpoint_seconds for r in dropped],
     )
+    rate, rate_runs = _merged_mean(
+        folded.checkpoint_bytes_per_second,
+        folded.checkpoint_rate_runs,
+        [r.checkpoint_bytes_per_second for r in dropped],
+    )
     return FoldedEvidence(
         step=folded.step.add(
             [r.log_ratio for r in dropped], [step_weights[id(r)] for r in dropped]
@@ -215,6 +232,8 @@ def fold(
         restart_runs=restart_runs,
         checkpoint_seconds=checkpoint,
         checkpoint_runs=checkpoint_runs,
+        checkpoint_bytes_per_second=rate,
+        checkpoint_rate_runs=rate_runs,
     )
 
 
@@ -253,6 +272,9 @@ class ClusterFit:
     """10th percentile of a new run's GPU-hours over the corrected plan's; None without
     whole-run evidence (the catalog's range stands)."""
     gpu_hours_ratio_p90: float | None = None
+    checkpoint_bytes_per_second: float | None = None
+    """The checkpoint write rate (median of the records' bytes over seconds); None when
+    no record measured it."""
 
     @property
     def interruptions_per_gpu_hour(self) -> float:
@@ -359,6 +381,7 @@ def fit_cluster(
     hours_sd = math.hypot(step.predictive_sd, whole.predictive_sd)
     restart = _median_of([r.restart_seconds for r in records])
     checkpoint = _median_of([r.checkpoint_seconds for r in records])
+    rate = _median_of([r.checkpoint_bytes_per_second for r in records])
     return ClusterFit(
         runs=runs,
         down_weighted=step.down_weighted,
@@ -373,6 +396,7 @@ def fit_cluster(
         whole_run_runs=whole_runs,
         gpu_hours_ratio_p10=math.exp(-Z_90 * hours_sd) if whole_runs else None,
         gpu_hours_ratio_p90=math.exp(Z_90 * hours_sd) if whole_runs else None,
+        checkpoint_bytes_per_second=folded.checkpoint_bytes_per_second if rate is None else rate,
     )
 
 
@@ -400,6 +424,11 @@ def apply_cluster_fit(calibration: Calibration, fit: ClusterFit) -> Calibration:
         interruptions_per_gpu_hour=fit.interruptions_per_gpu_hour,
         restart_seconds=(
             calibration.restart_seconds if fit.restart_seconds is None else fit.restart_seconds
+        ),
+        checkpoint_bytes_per_second=(
+            calibration.checkpoint_bytes_per_second
+            if fit.checkpoint_bytes_per_second is None
+            else fit.checkpoint_bytes_per_second
         ),
     )
 
@@ -436,6 +465,7 @@ def run_records(resource: ClusterCalibration) -> list[RunRecord]:
             interruptions=record.interruptions,
             restart_seconds=record.restart_seconds,
             checkpoint_seconds=record.checkpoint_seconds,
+            checkpoint_bytes=record.checkpoint_bytes,
             planned_gpu_hours=record.planned_gpu_hours,
             lost_gpu_hours=record.lost_gpu_hours,
         )
@@ -463,6 +493,8 @@ def folded_evidence(resource: ClusterCalibration) -> FoldedEvidence:
         restart_runs=folded.restart_runs,
         checkpoint_seconds=folded.checkpoint_seconds,
         checkpoint_runs=folded.checkpoint_runs,
+        checkpoint_bytes_per_second=folded.checkpoint_bytes_per_second,
+        checkpoint_rate_runs=folded.checkpoint_rate_runs,
     )
 
 
@@ -488,6 +520,8 @@ def folded_records(folded: FoldedEvidence) -> FoldedRecords | None:
         restart_runs=folded.restart_runs,
         checkpoint_seconds=folded.checkpoint_seconds,
         checkpoint_runs=folded.checkpoint_runs,
+        checkpoint_bytes_per_second=folded.checkpoint_bytes_per_second,
+        checkpoint_rate_runs=folded.checkpoint_rate_runs,
     )
 
 

@@ -79,6 +79,14 @@ def state_bytes_per_parameter(precision: Precision, optimizer: str) -> StateByte
     return StateBytesPerParameter(weights, 4.0, 12.0 if optimizer == "adamw" else 8.0)
 
 
+def checkpoint_bytes(parameters: float, precision: Precision, optimizer: str) -> float:
+    """Bytes one full checkpoint writes: the weights and the optimizer state (fp32 master
+    copy and moments) of every parameter, without gradients (`state_bytes_per_parameter`;
+    what the reference trainer's `step-*.pt` holds)."""
+    state = state_bytes_per_parameter(precision, optimizer)
+    return parameters * (state.weights + state.optimizer)
+
+
 def activation_element_bytes(precision: Precision) -> int:
     """Bytes per stored activation element: 4 in fp32, else 2 (fp8 GEMMs keep bf16 I/O)."""
     return 4 if precision == "fp32" else 2

@@ -403,6 +403,7 @@ def _plan_object(
             checkpoint_interval_steps=reliability.checkpoint_interval_steps,
             restart_seconds=reliability.restart_seconds,
             checkpoint_seconds=reliability.checkpoint_seconds,
+            checkpoint_bytes=resolved.run.checkpoint_bytes,
             mean_seconds_between_interruptions=reliability.mean_seconds_between_interruptions
             if math.isfinite(reliability.mean_seconds_between_interruptions)
             else None,

@@ -20,6 +20,7 @@ from trainplan.planner.catalog import (
 from trainplan.planner.errors import PlanInputError
 from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.layout import Workload
+from trainplan.planner.memory import checkpoint_bytes
 from trainplan.planner.search import LayoutPins, RunSettings
 from trainplan.planner.shapes import ModelShape, parameter_count
 from trainplan.planner.stages import split_counts
@@ -260,17 +261,37 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
     steps, tokens = total_steps(spec, shape)
     reliability = spec.reliability
     calibration = catalog.calibration
+    written_bytes = checkpoint_bytes(parameters, spec.training.precision, spec.training.optimizer)
     run = RunSettings(
         total_steps=steps,
         interruptions_per_gpu_hour=reliability.interruptions_per_gpu_hour
         if reliability.interruptions_per_gpu_hour is not None
         else calibration.interruptions_per_gpu_hour,
-        checkpoint_seconds=reliability.checkpoint_seconds,
+        checkpoint_seconds=checkpoint_seconds(
+            reliability.checkpoint_seconds, written_bytes, calibration.checkpoint_bytes_per_second
+        ),
         restart_seconds=reliability.restart_seconds
         if reliability.restart_seconds is not None
         else calibration.restart_seconds,
         checkpoint_interval_steps=reliability.checkpoint_interval_steps,
+        checkpoint_bytes=written_bytes,
     )
     return ResolvedSpec(
         workload=workload, parameters=parameters, pins=pins, run=run, tokens_total=tokens
     )
+
+
+DEFAULT_CHECKPOINT_SECONDS = 60.0
+"""Seconds to write a checkpoint when neither the spec nor a cluster's records say."""
+
+
+def checkpoint_seconds(
+    spec_seconds: float | None, written_bytes: float, bytes_per_second: float | None
+) -> float:
+    """The spec's checkpoint seconds, else the checkpoint's bytes at a cluster's measured
+    write rate, else `DEFAULT_CHECKPOINT_SECONDS`."""
+    if spec_seconds is not None:
+        return spec_seconds
+    if bytes_per_second is not None and bytes_per_second > 0:
+        return written_bytes / bytes_per_second
+    return DEFAULT_CHECKPOINT_SECONDS

@@ -61,6 +61,8 @@ class RunSettings:
     checkpoint_seconds: float
     restart_seconds: float
     checkpoint_interval_steps: int | None = None
+    checkpoint_bytes: float | None = None
+    """Bytes one checkpoint writes (`memory.checkpoint_bytes`), for the plan's record."""
 
 
 @dataclass(frozen=True, slots=True)
