@@ -13,6 +13,7 @@ BENCHMARKS = (
     ("planner speed", "benchmarks.planner_speed"),
     ("planner accuracy", "benchmarks.accuracy"),
     ("whole runs from many sources", "benchmarks.whole_runs"),
+    ("fine-tuning (published full, LoRA and QLoRA runs)", "benchmarks.finetuning"),
     ("the plans' 10-90% ranges (held-out errors)", "benchmarks.plan_ranges"),
     (
         "cluster calibration (a simulated cluster unlike the catalog)",

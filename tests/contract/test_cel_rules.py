@@ -535,6 +535,34 @@ CASES: Final[Mapping[tuple[str, str, str], tuple[Case, ...]]] = {
         Case("one virtual stage on pipeline 1", MEGATRON,
              {"spec.parallelism.pipeline": 1, "spec.parallelism.virtualPipelineStages": 1}),
     ),
+    (
+        "trainingplans",
+        ".spec.training",
+        "!has(self.lora) || (has(self.method) && "
+        "(self.method == 'lora' || self.method == 'qlora'))",
+    ): (
+        Case("adapters on pre-training", TINY, {"spec.training.lora": {"rank": 8}},
+             refused=("lora needs method lora or qlora", "spec.training"),
+             model=("lora is set but method is pretrain; use lora or qlora", "spec.training")),
+        Case("adapters on a LoRA fine-tune", TINY,
+             {"spec.training.method": "lora", "spec.training.lora": {"rank": 8}}),
+        Case("QLoRA with the default adapters", TINY,
+             {"spec.training.method": "qlora", "spec.training.precision": "bf16"}),
+    ),
+    (
+        "trainingplans",
+        ".spec.training",
+        "!has(self.method) || self.method != 'qlora' || !has(self.precision) || "
+        "self.precision == 'bf16' || self.precision == 'fp16'",
+    ): (
+        Case("QLoRA in fp32", TINY,
+             {"spec.training.method": "qlora", "spec.training.precision": "fp32"},
+             refused=("qlora computes in bf16 or fp16", "spec.training"),
+             model=("qlora computes in bf16 or fp16 on its 4-bit base, not fp32",
+                    "spec.training")),
+        Case("QLoRA in fp16", TINY,
+             {"spec.training.method": "qlora", "spec.training.precision": "fp16"}),
+    ),
 }  # fmt: skip
 
 NULL_DIFFERENCES: Final = (

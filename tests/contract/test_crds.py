@@ -432,6 +432,7 @@ def test_training_plan_cel_rules() -> None:
         ".spec.batch",
         ".spec.objective",
         ".spec.parallelism",
+        ".spec.training",
     }
     (immutable,) = rules[""]
     rule = immutable["rule"]
@@ -449,6 +450,10 @@ def test_training_plan_cel_rules() -> None:
     )
     assert messages(".spec.data") == ["give exactly one of tokens or samples"]
     assert any("zeroStage 3 with pipeline > 1" in m for m in messages(".spec.parallelism"))
+    assert messages(".spec.training") == [
+        "lora needs method lora or qlora",
+        "qlora computes in bf16 or fp16",
+    ]
     data_rule = rules[".spec.data"][0]["rule"]
     assert data_rule == "has(self.tokens) != has(self.samples)"
     objective_rule = rules[".spec.objective"][0]["rule"]

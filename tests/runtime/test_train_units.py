@@ -281,3 +281,17 @@ def test_rng_state_round_trips_through_weights_only_load(tmp_path: Path) -> None
     loaded = torch.load(tmp_path / "rng.pt", weights_only=True)
     restore_rng(loaded)
     assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == expected
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_adapters_are_a_configuration_error(method: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(["--training-method", method, "--lora-rank", "8"], {})
+    (problem,) = caught.value.problems
+    assert f"training method {method}" in problem
+    assert "deepspeed" in problem
+
+
+def test_full_fine_tuning_runs_as_pre_training() -> None:
+    config = load_config(["--training-method", "full"], {})
+    assert config.total_steps == load_config([], {}).total_steps

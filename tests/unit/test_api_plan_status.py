@@ -65,6 +65,7 @@ DESIGN_STEP_KEYS = {
 DESIGN_RELIABILITY_KEYS = {"expectedInterruptions", "checkpointIntervalSteps", "restartSeconds"}
 ADDED_PLAN_KEYS = {
     "parameters", "stepSecondsRange", "durationSecondsRange", "gpuHoursRange", "calibration",
+    "trainableParameters",
 }  # fmt: skip
 """Optional: plans stored before it was added lack it."""
 ADDED_LAYOUT_KEYS = {"virtualPipelineStages", "sequenceParallel"}

@@ -63,7 +63,12 @@ def full_spec() -> dict[str, Any]:
             "zeroStage": 1,
             "activationCheckpointing": "selective",
         },
-        "training": {"precision": "bf16", "optimizer": "adamw", "attention": "flash"},
+        "training": {
+            "method": "pretrain",
+            "precision": "bf16",
+            "optimizer": "adamw",
+            "attention": "flash",
+        },
         "reliability": {
             "checkpointIntervalSteps": 500,
             "checkpointSeconds": 60.0,

@@ -404,6 +404,9 @@ def test_environment_values_equal_the_plan(catalog: Catalog) -> None:
         "TRAINPLAN_TOTAL_STEPS": str(result.total_steps),
         "TRAINPLAN_PRECISION": "bf16",
         "TRAINPLAN_OPTIMIZER": "adamw",
+        "TRAINPLAN_TRAINING_METHOD": "pretrain",
+        "TRAINPLAN_LORA_RANK": "0",
+        "TRAINPLAN_LORA_TARGETS": "none",
         "TRAINPLAN_ACTIVATION_CHECKPOINTING": layout.activation_checkpointing,
         "TRAINPLAN_CHECKPOINT_DIR": "/checkpoints",
         "TRAINPLAN_CHECKPOINT_INTERVAL_STEPS": "25",
@@ -1126,3 +1129,25 @@ def test_every_torchtitan_flag_is_a_field_of_the_pinned_release(change: dict[str
     for flag in flags:
         section, _, field = flag[2:].partition(".")
         assert field in sections.get(section, ()), f"{flag} is not in torchtitan v0.1.0"
+
+
+@pytest.mark.parametrize("framework", ["reference", "megatron", "torchtitan"])
+def test_adapters_are_refused_where_the_program_trains_every_weight(framework: str) -> None:
+    training = {"method": "lora", "lora": {"rank": 8}}
+    error = launch_error(training=training, job={"framework": framework})
+    ((field, message),) = error.problems
+    assert field == "training.method"
+    assert f"{framework} trains every weight" in message
+    assert "deepspeed" in message
+
+
+def test_a_lora_plan_runs_the_users_peft_script_under_deepspeed() -> None:
+    change: dict[str, Any] = {
+        "training": {"method": "qlora", "lora": {"rank": 32, "targets": "attention"}},
+        "job": {"framework": "deepspeed", "command": ["python", "peft_train.py"]},
+    }
+    values = env_of(objects_for(**change))
+    assert values["TRAINPLAN_TRAINING_METHOD"] == "qlora"
+    assert values["TRAINPLAN_LORA_RANK"] == "32"
+    assert values["TRAINPLAN_LORA_TARGETS"] == "attention"
+    assert container(objects_for(**change))["command"][-2:] != ["-m", "trainplan.runtime.train"]

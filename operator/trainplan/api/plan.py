@@ -177,6 +177,11 @@ class Plan(ApiModel):
     parameters: int | None = Field(
         None, ge=0, description="Model parameters (weights), counted from the shape."
     )
+    trainable_parameters: int | None = Field(
+        None,
+        ge=0,
+        description="Parameters that train: the LoRA adapters of a lora or qlora fine-tune.",
+    )
     flops_per_step: float = Field(ge=0, description="Model FLOPs per optimizer step.")
     step_seconds: float = Field(ge=0, description="Seconds per optimizer step.")
     step_breakdown: StepBreakdown = Field(description="Where the step time goes.")

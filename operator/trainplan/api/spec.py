@@ -299,8 +299,32 @@ class ParallelismSpec(ApiModel):
         return self
 
 
+class LoraSpec(ApiModel):
+    """Low-rank adapters of a LoRA or QLoRA fine-tune (Hu et al. 2021)."""
+
+    rank: int = Field(16, ge=1, le=4096, description="Adapter rank r.")
+    targets: Literal["query-value", "attention", "all-linear"] = Field(
+        "all-linear",
+        description=(
+            "Adapted matrices: query-value (the query and value projections), attention"
+            " (query, key, value and output projections) or all-linear (those and the MLP's)."
+        ),
+    )
+
+
 class TrainingSpec(ApiModel):
     """Numerics and kernels of the training step."""
+
+    method: Literal["pretrain", "full", "lora", "qlora"] = Field(
+        "pretrain",
+        description=(
+            "What trains: pretrain or full (every weight), lora (low-rank adapters on a"
+            " frozen base) or qlora (adapters on a 4-bit base)."
+        ),
+    )
+    lora: LoraSpec | None = Field(
+        None, description="Adapter rank and targets (method lora or qlora; rank 16, all-linear)."
+    )
 
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = Field(
         "bf16", description="Compute precision: bf16, fp16, fp8 or fp32."
@@ -313,6 +337,16 @@ class TrainingSpec(ApiModel):
             "or standard (materialised scores and softmax, as in Megatron-LM before 2022)."
         ),
     )
+
+    @model_validator(mode="after")
+    def _check_adapters(self) -> Self:
+        if self.lora is not None and self.method not in ("lora", "qlora"):
+            raise ValueError(f"lora is set but method is {self.method}; use lora or qlora")
+        if self.method == "qlora" and self.precision not in ("bf16", "fp16"):
+            raise ValueError(
+                f"qlora computes in bf16 or fp16 on its 4-bit base, not {self.precision}"
+            )
+        return self
 
 
 class ReliabilitySpec(ApiModel):

@@ -185,6 +185,18 @@ _TRAINING_PLAN_SPEC_RULES: Final[Mapping[tuple[str, ...], tuple[dict[str, str], 
             "gpus must not exceed maxGPUs",
         ),
     ),
+    ("training",): (
+        _rule(
+            "!has(self.lora) || (has(self.method) && "
+            "(self.method == 'lora' || self.method == 'qlora'))",
+            "lora needs method lora or qlora",
+        ),
+        _rule(
+            "!has(self.method) || self.method != 'qlora' || !has(self.precision) || "
+            "self.precision == 'bf16' || self.precision == 'fp16'",
+            "qlora computes in bf16 or fp16",
+        ),
+    ),
     ("parallelism",): (
         _rule(
             "!has(self.zeroStage) || self.zeroStage != 3 || "

@@ -27,6 +27,9 @@ Values are strings, as environment variables are: integers in decimal, booleans 
 | `TRAINPLAN_TOTAL_STEPS` | `plan.totalSteps`, optimizer steps of the whole run |
 | `TRAINPLAN_PRECISION` | `spec.training.precision`: bf16, fp16, fp8 or fp32 |
 | `TRAINPLAN_OPTIMIZER` | `spec.training.optimizer`: adamw or sgd |
+| `TRAINPLAN_TRAINING_METHOD` | `spec.training.method`: pretrain, full, lora or qlora |
+| `TRAINPLAN_LORA_RANK` | `spec.training.lora.rank` for lora and qlora (default 16), else `0` |
+| `TRAINPLAN_LORA_TARGETS` | `training.lora.targets`: query-value, attention, all-linear; `none` |
 | `TRAINPLAN_ACTIVATION_CHECKPOINTING` | `layout.activationCheckpointing`: none, selective or full |
 | `TRAINPLAN_CHECKPOINT_DIR` | where checkpoints go (`/checkpoints`, the claim's mount point) |
 | `TRAINPLAN_CHECKPOINT_INTERVAL_STEPS` | `plan.reliability.checkpointIntervalSteps` |
@@ -83,6 +86,9 @@ GLOBAL_BATCH_SIZE: Final = "TRAINPLAN_GLOBAL_BATCH_SIZE"
 TOTAL_STEPS: Final = "TRAINPLAN_TOTAL_STEPS"
 PRECISION: Final = "TRAINPLAN_PRECISION"
 OPTIMIZER: Final = "TRAINPLAN_OPTIMIZER"
+TRAINING_METHOD: Final = "TRAINPLAN_TRAINING_METHOD"
+LORA_RANK: Final = "TRAINPLAN_LORA_RANK"
+LORA_TARGETS: Final = "TRAINPLAN_LORA_TARGETS"
 ACTIVATION_CHECKPOINTING: Final = "TRAINPLAN_ACTIVATION_CHECKPOINTING"
 CHECKPOINT_DIR: Final = "TRAINPLAN_CHECKPOINT_DIR"
 CHECKPOINT_INTERVAL_STEPS: Final = "TRAINPLAN_CHECKPOINT_INTERVAL_STEPS"
@@ -111,6 +117,9 @@ NAMES: Final = (
     TOTAL_STEPS,
     PRECISION,
     OPTIMIZER,
+    TRAINING_METHOD,
+    LORA_RANK,
+    LORA_TARGETS,
     ACTIVATION_CHECKPOINTING,
     CHECKPOINT_DIR,
     CHECKPOINT_INTERVAL_STEPS,

@@ -31,6 +31,11 @@ flag wins, so they can override them).
   `deepspeed.add_config_arguments`. Pipeline parallelism with ZeRO-2 or 3 is rejected
   (DeepSpeed forbids it), as is tensor parallelism (AutoTP) with ZeRO-3.
 
+LoRA and QLoRA (`training.method`) run only under `deepspeed`, whose program is the user's
+own script: it applies the adapters (e.g. with PEFT) from `TRAINPLAN_LORA_RANK` and
+`TRAINPLAN_LORA_TARGETS`; the other frameworks' programs train every weight, so such a
+plan is refused with the framework to use.
+
 Pure: builds tuples and dicts; no I/O.
 """
 
@@ -348,6 +353,18 @@ def launch_for(
     """The program, arguments and config files of the spec's framework for this plan."""
     framework = spec.job.framework
     precision = spec.training.precision
+    if spec.training.method in ("lora", "qlora") and framework != "deepspeed":
+        raise LauncherError(
+            [
+                (
+                    "training.method",
+                    f"{framework} trains every weight and adds no {spec.training.method}"
+                    " adapters; use job.framework deepspeed with your own PEFT script"
+                    " (job.command, reading TRAINPLAN_LORA_RANK and TRAINPLAN_LORA_TARGETS),"
+                    " or method full",
+                )
+            ]
+        )
     program = _program(spec)
     user_args = tuple(spec.job.args)
     if framework == "megatron":

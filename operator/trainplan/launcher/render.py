@@ -68,6 +68,7 @@ from trainplan.api import (
     PLAN_LABEL,
     PYTHON_NAMES,
     TRAINING_PLAN_KIND,
+    LoraSpec,
     Plan,
     TrainingPlanSpec,
 )
@@ -235,6 +236,18 @@ def shape_from_spec(spec: TrainingPlanSpec) -> ModelShape | None:
     )
 
 
+def _adapter_environment(spec: TrainingPlanSpec) -> dict[str, str]:
+    """The training method and, for lora and qlora, the adapters' rank and targets."""
+    training = spec.training
+    adapters = training.method in ("lora", "qlora")
+    lora = training.lora or LoraSpec()
+    return {
+        env.TRAINING_METHOD: training.method,
+        env.LORA_RANK: str(lora.rank) if adapters else "0",
+        env.LORA_TARGETS: lora.targets if adapters else "none",
+    }
+
+
 def environment(
     ref: PlanRef, spec: TrainingPlanSpec, plan: Plan, shape: ModelShape
 ) -> list[dict[str, Any]]:
@@ -254,6 +267,7 @@ def environment(
         env.TOTAL_STEPS: str(plan.total_steps),
         env.PRECISION: spec.training.precision,
         env.OPTIMIZER: spec.training.optimizer,
+        **_adapter_environment(spec),
         env.ACTIVATION_CHECKPOINTING: layout.activation_checkpointing,
         env.CHECKPOINT_DIR: CHECKPOINT_DIR,
         env.CHECKPOINT_INTERVAL_STEPS: str(plan.reliability.checkpoint_interval_steps),

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from trainplan.api import TrainingPlanSpec, format_count, format_duration
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.layout import Layout, Workload
-from trainplan.planner.resolve import ResolvedSpec
+from trainplan.planner.resolve import ResolvedSpec, trainable_parameters
 from trainplan.planner.search import Evaluation
 from trainplan.planner.shapes import parameter_count
 from trainplan.planner.stages import split_counts
@@ -67,6 +67,25 @@ def describe_layout(layout: Layout, workload: Workload) -> str:
     return ", ".join(parts) + f"; {zero}; {recompute}"
 
 
+def _work(workload: Workload, resolved: ResolvedSpec, steps: int) -> str:
+    tokens = (
+        f"{format_count(steps * workload.tokens_per_step, 'token')}"
+        f" ({format_count(steps, 'step')} of {workload.tokens_per_step:,} tokens)"
+    )
+    tuning = workload.tuning
+    if not tuning.adapters:
+        trained_all = format_count(parameter_count(workload.shape), "parameter")
+        return f"Work: {trained_all} trained on {tokens}."
+    trained = trainable_parameters(workload.shape, resolved.parameters, tuning)
+    base = "a 4-bit NormalFloat base" if tuning.method == "qlora" else "a frozen base"
+    return (
+        f"Work: {tuning.describe()}: {format_count(trained, 'adapter parameter')} on"
+        f" {base} of {format_count(parameter_count(workload.shape), 'parameter')},"
+        f" trained on {tokens}; frozen weights keep no gradients or optimizer state and"
+        " their backward computes input gradients only."
+    )
+
+
 def explain(
     *,
     choice: Evaluation,
@@ -86,11 +105,7 @@ def explain(
     steps = resolved.run.total_steps
     lines = [
         f"Goal: {goal}; {format_count(evaluated_count, 'layout')} priced.",
-        (
-            f"Work: {format_count(parameter_count(workload.shape), 'parameter')} trained on"
-            f" {format_count(steps * workload.tokens_per_step, 'token')}"
-            f" ({format_count(steps, 'step')} of {workload.tokens_per_step:,} tokens)."
-        ),
+        _work(workload, resolved, steps),
         f"Chosen: {layout.describe()}: {describe_layout(layout, workload)}.",
         (
             f"Global batch {layout.global_batch_size:,} = micro-batch"

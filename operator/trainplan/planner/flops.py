@@ -9,6 +9,7 @@ paper, so model FLOPs and MFU agree with published figures.
 
 from __future__ import annotations
 
+from trainplan.planner.finetune import PRETRAIN, FineTuning, lora_flops_per_token
 from trainplan.planner.layout import Checkpointing
 from trainplan.planner.shapes import ModelShape
 
@@ -50,14 +51,22 @@ def logits_forward_flops_per_token(shape: ModelShape) -> float:
     return 2.0 * shape.hidden_size * shape.vocab_size
 
 
-def model_flops_per_token(shape: ModelShape) -> float:
+def model_flops_per_token(shape: ModelShape, tuning: FineTuning = PRETRAIN) -> float:
     """Training FLOPs per token without recomputation: 3 x forward (backward = 2 x forward).
 
     Equals 72 L h^2 (1 + s / 6h) + 6 h V for a GPT with 4h MLP and multi-head attention,
-    Narayanan et al. 2021 eq. (3) without its recompute pass.
+    Narayanan et al. 2021 eq. (3) without its recompute pass. With adapters on a frozen
+    base (`finetune`), the frozen matrices' backward computes only the input gradient (1 x
+    their forward instead of 2 x), the attention core's backward stays 2 x forward (it has
+    no weights), and the adapters add 3 x their own forward.
     """
     forward = shape.layers * layer_forward_flops_per_token(shape)
-    return 3.0 * (forward + logits_forward_flops_per_token(shape))
+    logits = logits_forward_flops_per_token(shape)
+    if not tuning.adapters:
+        return 3.0 * (forward + logits)
+    core = shape.layers * attention_core_flops_per_token(shape)
+    adapters = shape.layers * lora_flops_per_token(shape, tuning)
+    return 2.0 * (forward - core) + 3.0 * core + 3.0 * adapters + 2.0 * logits
 
 
 def recompute_flops_per_token(shape: ModelShape, checkpointing: Checkpointing) -> float:
@@ -73,9 +82,11 @@ def recompute_flops_per_token(shape: ModelShape, checkpointing: Checkpointing) -
     return 0.0
 
 
-def hardware_flops_per_token(shape: ModelShape, checkpointing: Checkpointing) -> float:
+def hardware_flops_per_token(
+    shape: ModelShape, checkpointing: Checkpointing, tuning: FineTuning = PRETRAIN
+) -> float:
     """FLOPs the GPUs execute per token: model FLOPs plus recomputation."""
-    return model_flops_per_token(shape) + recompute_flops_per_token(shape, checkpointing)
+    return model_flops_per_token(shape, tuning) + recompute_flops_per_token(shape, checkpointing)
 
 
 def six_n_d_flops(parameters: float, tokens: float) -> float:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trainplan.planner.catalog import GPUSpec
+from trainplan.planner.finetune import PRETRAIN, FineTuning
 from trainplan.planner.shapes import ModelShape
 
 Checkpointing = Literal["none", "selective", "full"]
@@ -79,6 +80,8 @@ class Workload:
     precision: Precision = "bf16"
     optimizer: Optimizer = "adamw"
     attention: AttentionKernel = "flash"
+    tuning: FineTuning = PRETRAIN
+    """What trains: every weight, or low-rank adapters on a frozen base (`finetune`)."""
 
     @property
     def tokens_per_step(self) -> int:

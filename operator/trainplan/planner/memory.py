@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainplan.planner.calibration import Calibration
+from trainplan.planner.finetune import NF4_BYTES_PER_PARAMETER, lora_layer_parameter_count
 from trainplan.planner.layout import Layout, Precision, Workload
 from trainplan.planner.shapes import (
     ModelShape,
@@ -85,6 +86,21 @@ def checkpoint_bytes(parameters: float, precision: Precision, optimizer: str) ->
     what the reference trainer's `step-*.pt` holds)."""
     state = state_bytes_per_parameter(precision, optimizer)
     return parameters * (state.weights + state.optimizer)
+
+
+def frozen_weight_bytes_per_parameter(workload: Workload) -> float:
+    """Bytes of one base weight: 4-bit NormalFloat under QLoRA (`finetune`), else the
+    weights' own bytes."""
+    if workload.tuning.method == "qlora":
+        return NF4_BYTES_PER_PARAMETER
+    return state_bytes_per_parameter(workload.precision, workload.optimizer).weights
+
+
+def stage_adapter_parameter_count(workload: Workload, layout: Layout) -> float:
+    """Trainable adapter parameters on one GPU of the most loaded pipeline stage: its
+    layers' adapters, split by the tensor degree (0 when every weight trains)."""
+    layers = split_of(workload.shape.layers, layout.pipeline).most
+    return layers * lora_layer_parameter_count(workload.shape, workload.tuning) / layout.tensor
 
 
 def activation_element_bytes(precision: Precision) -> int:
@@ -173,9 +189,17 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
     state = state_bytes_per_parameter(workload.precision, workload.optimizer)
     params = stage_parameter_count(shape, layout)
     d = layout.data
-    weights = params * state.weights / (d if layout.zero_stage >= 3 else 1)
-    gradients = params * state.gradients / (d if layout.zero_stage >= 2 else 1)
-    optimizer = params * state.optimizer / (d if layout.zero_stage >= 1 else 1)
+    base_bytes = frozen_weight_bytes_per_parameter(workload)
+    if workload.tuning.adapters:
+        # A frozen base holds its weights only; the adapters hold the full training state.
+        trained = stage_adapter_parameter_count(workload, layout)
+        stored = params * base_bytes + trained * state.weights
+    else:
+        trained = params
+        stored = params * state.weights
+    weights = stored / (d if layout.zero_stage >= 3 else 1)
+    gradients = trained * state.gradients / (d if layout.zero_stage >= 2 else 1)
+    optimizer = trained * state.optimizer / (d if layout.zero_stage >= 1 else 1)
 
     tokens = layout.micro_batch_size * shape.sequence_length
     per_layer = checkpointed_layer_bytes_per_token(
@@ -209,7 +233,7 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
     gathered = 0.0
     if layout.zero_stage >= 3:
         # ZeRO-3 materialises the current and the prefetched layer in full.
-        gathered = 2 * layer_parameter_count(shape) / layout.tensor * state.weights
+        gathered = 2 * layer_parameter_count(shape) / layout.tensor * base_bytes
     overhead = (
         calibration.memory_overhead_bytes + calibration.memory_fragmentation * activations
     ) + gathered

@@ -32,7 +32,7 @@ from trainplan.planner.cluster_fit import ClusterEvidence, apply_cluster_fit
 from trainplan.planner.errors import InfeasiblePlanError, PlanInputError
 from trainplan.planner.explain import explain, infeasibility_reasons
 from trainplan.planner.layout import Layout, Workload
-from trainplan.planner.resolve import ResolvedSpec, resolve
+from trainplan.planner.resolve import ResolvedSpec, resolve, trainable_parameters
 from trainplan.planner.search import (
     MAX_LAYOUT_EVALUATIONS,
     Evaluation,
@@ -367,6 +367,11 @@ def _plan_object(
             overhead_bytes=memory.overhead_bytes,
         ),
         parameters=round(parameter_count(workload.shape)),
+        trainable_parameters=(
+            round(trainable_parameters(workload.shape, resolved.parameters, workload.tuning))
+            if workload.tuning.adapters
+            else None
+        ),
         flops_per_step=choice.model_flops_per_step,
         step_seconds=step.step_seconds,
         step_breakdown=StepBreakdown(

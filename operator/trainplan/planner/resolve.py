@@ -18,6 +18,7 @@ from trainplan.planner.catalog import (
     UnsupportedPrecisionError,
 )
 from trainplan.planner.errors import PlanInputError
+from trainplan.planner.finetune import FineTuning, lora_layer_parameter_count
 from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.layout import Workload
 from trainplan.planner.memory import checkpoint_bytes
@@ -245,6 +246,7 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
         precision=spec.training.precision,
         optimizer=spec.training.optimizer,
         attention=spec.training.attention,
+        tuning=fine_tuning(spec),
     )
     par = spec.parallelism
     pins = LayoutPins(
@@ -261,7 +263,11 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
     steps, tokens = total_steps(spec, shape)
     reliability = spec.reliability
     calibration = catalog.calibration
-    written_bytes = checkpoint_bytes(parameters, spec.training.precision, spec.training.optimizer)
+    written_bytes = checkpoint_bytes(
+        trainable_parameters(shape, parameters, workload.tuning),
+        spec.training.precision,
+        spec.training.optimizer,
+    )
     run = RunSettings(
         total_steps=steps,
         interruptions_per_gpu_hour=reliability.interruptions_per_gpu_hour
@@ -295,3 +301,20 @@ def checkpoint_seconds(
     if bytes_per_second is not None and bytes_per_second > 0:
         return written_bytes / bytes_per_second
     return DEFAULT_CHECKPOINT_SECONDS
+
+
+def fine_tuning(spec: TrainingPlanSpec) -> FineTuning:
+    """The spec's training method and, for adapters, their rank and targets."""
+    training = spec.training
+    if training.lora is None:
+        return FineTuning(method=training.method)
+    return FineTuning(
+        method=training.method, lora_rank=training.lora.rank, lora_targets=training.lora.targets
+    )
+
+
+def trainable_parameters(shape: ModelShape, parameters: float, tuning: FineTuning) -> float:
+    """What trains: every parameter, or the adapters of every layer (`finetune`)."""
+    if not tuning.adapters:
+        return parameters
+    return shape.layers * lora_layer_parameter_count(shape, tuning)

@@ -277,7 +277,9 @@ class Evaluator:
 
     def __post_init__(self) -> None:
         shape = self.workload.shape
-        self.model_flops_per_step = model_flops_per_token(shape) * self.workload.tokens_per_step
+        self.model_flops_per_step = (
+            model_flops_per_token(shape, self.workload.tuning) * self.workload.tokens_per_step
+        )
         self.peak_flops_per_gpu = self.workload.gpu.peak_flops_for(self.workload.precision)
 
     def memory(self, layout: Layout) -> MemoryEstimate:

@@ -26,13 +26,16 @@ from trainplan.planner.collectives import (
     point_to_point_seconds,
     reduce_scatter_seconds,
 )
+from trainplan.planner.finetune import adapted_matrices
 from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.memory import (
     activation_element_bytes,
+    frozen_weight_bytes_per_parameter,
+    stage_adapter_parameter_count,
     stage_parameter_count,
     state_bytes_per_parameter,
 )
-from trainplan.planner.shapes import ModelShape
+from trainplan.planner.shapes import ModelShape, layer_parameter_count
 from trainplan.planner.stages import split_of
 
 FLASH_CAUSAL_FRACTION = 0.5  # a causal fused kernel skips the masked half of the scores
@@ -147,6 +150,31 @@ def layer_pass_seconds(
     elementwise = elementwise_bytes / device.hbm_bytes_per_second
     forward = gemms + attention_forward + elementwise + device.kernel_overhead_seconds
     backward = 2.0 * (gemms + elementwise + device.kernel_overhead_seconds) + attention_backward
+    tuning = workload.tuning
+    if tuning.adapters:
+        # Frozen matrices: the input gradient only (`finetune`); the adapters A (d_in x r)
+        # and B (r x d_out) train fully, each split by the tensor degree.
+        rank = tuning.lora_rank
+        adapters = sum(
+            gemm_seconds(device, tokens, rank, d_in / t, e)
+            + gemm_seconds(device, tokens, d_out / t, rank, e)
+            for d_in, d_out in adapted_matrices(shape, tuning.lora_targets)
+        )
+        # QLoRA dequantizes each 4-bit weight to the compute type on every pass: the
+        # packed weights read and the dequantized ones written (the matrix multiply's own
+        # read of them is in its traffic above).
+        dequantize = 0.0
+        if tuning.method == "qlora":
+            packed = frozen_weight_bytes_per_parameter(workload)
+            dequantize = layer_parameter_count(shape) / t * (packed + e)
+            dequantize /= device.hbm_bytes_per_second
+        forward += adapters + dequantize
+        backward = (
+            gemms
+            + 2.0 * (adapters + elementwise + device.kernel_overhead_seconds)
+            + attention_backward
+            + dequantize
+        )
     return LayerPassSeconds(
         forward_seconds=forward,
         attention_forward_seconds=attention_forward,
@@ -164,7 +192,9 @@ def logits_pass_seconds(workload: Workload, layout: Layout, calibration: Calibra
     gemm = gemm_seconds(device, tokens, vocab_share, shape.hidden_size, e)
     # Softmax cross-entropy reads and writes fp32 logits forward and backward.
     loss = tokens * vocab_share * 4 * 4 / device.hbm_bytes_per_second
-    return 3.0 * gemm + loss
+    # A frozen output layer (adapters only) computes its input gradient alone.
+    passes = 2.0 if workload.tuning.adapters else 3.0
+    return passes * gemm + loss
 
 
 def collective_bandwidth_bytes_per_second(
@@ -285,19 +315,23 @@ def data_comm_seconds(
         return 0.0
     state = state_bytes_per_parameter(workload.precision, workload.optimizer)
     params = stage_parameter_count(workload.shape, layout)
+    # Gradients exist for what trains: every weight, or the adapters on a frozen base.
+    trained = (
+        stage_adapter_parameter_count(workload, layout) if workload.tuning.adapters else params
+    )
     group = communicator(workload, d, _data_members_per_node(workload, layout), calibration)
     if layout.zero_stage >= 3:
         # The stage's layers plus one unit for the embedding and output layer.
         units = split_of(workload.shape.layers, layout.pipeline).most + 1
-        per_unit = params / units
+        weight_bytes = frozen_weight_bytes_per_parameter(workload)
         per_micro_batch = units * (
-            2 * all_gather_seconds(per_unit * state.weights, group)
-            + reduce_scatter_seconds(per_unit * state.gradients, group)
+            2 * all_gather_seconds(params / units * weight_bytes, group)
+            + reduce_scatter_seconds(trained / units * state.gradients, group)
         )
         hidden = calibration.zero3_overlap * 3.0 * backward_seconds_per_micro_batch / 2.0
         return layout.accumulation_steps * max(0.0, per_micro_batch - hidden)
-    buckets = gradient_buckets(layout, params, calibration)
-    per_bucket = params / buckets
+    buckets = gradient_buckets(layout, trained, calibration)
+    per_bucket = trained / buckets
     if layout.zero_stage >= 1:
         reduction = buckets * (
             reduce_scatter_seconds(per_bucket * state.gradients, group)
@@ -310,8 +344,12 @@ def data_comm_seconds(
 
 
 def optimizer_seconds(workload: Workload, layout: Layout, calibration: Calibration) -> float:
-    """The optimizer update: memory-bound over the local (ZeRO-sharded) parameters."""
-    params = stage_parameter_count(workload.shape, layout)
+    """The optimizer update: memory-bound over the local (ZeRO-sharded) trained parameters."""
+    params = (
+        stage_adapter_parameter_count(workload, layout)
+        if workload.tuning.adapters
+        else stage_parameter_count(workload.shape, layout)
+    )
     if layout.zero_stage >= 1:
         params /= layout.data
     arch = calibration.architecture(workload.gpu.architecture)

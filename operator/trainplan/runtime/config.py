@@ -32,6 +32,8 @@ Recompute = Literal["none", "selective", "full"]
 PRECISIONS: Final = ("bf16", "fp16", "fp8", "fp32")
 """Precisions the API allows; the reference trainer runs all but fp8."""
 OPTIMIZERS: Final = ("adamw", "sgd")
+METHODS: Final = ("pretrain", "full", "lora", "qlora")
+"""Training methods the API allows; the reference trainer runs pretrain and full."""
 RECOMPUTE_LEVELS: Final = ("none", "selective", "full")
 
 SYNTHETIC: Final = "synthetic"
@@ -218,6 +220,15 @@ _OPTIONS: Final = (
             schema.ENV_PRECISION, choices=PRECISIONS),
     _Option("optimizer", "--optimizer", _parse_str, "optimizer",
             schema.ENV_OPTIMIZER, choices=OPTIMIZERS),
+    _Option("training_method", "--training-method", _parse_str,
+            "what trains: pretrain or full (every weight); lora and qlora are refused",
+            schema.ENV_TRAINING_METHOD, choices=METHODS),
+    _Option("lora_rank", "--lora-rank", _parse_int,
+            "adapter rank of a lora or qlora plan (read, not used: refused above)",
+            schema.ENV_LORA_RANK, "N"),
+    _Option("lora_targets", "--lora-targets", _parse_str,
+            "adapted matrices of a lora or qlora plan (read, not used: refused above)",
+            schema.ENV_LORA_TARGETS, choices=("query-value", "attention", "all-linear", "none")),
     _Option("activation_checkpointing", "--activation-checkpointing", _parse_str,
             "recompute level", schema.ENV_ACTIVATION_CHECKPOINTING,
             choices=RECOMPUTE_LEVELS),
@@ -410,6 +421,12 @@ def _resolve(parsed: dict[str, Any], world_size: int, problems: list[str]) -> Tr
         )
         if key in parsed
     }
+    method = str(parsed.get("training_method", "pretrain"))
+    if method in ("lora", "qlora"):
+        problems.append(
+            f"training method {method}: the reference trainer trains every weight (no"
+            " adapters); use framework deepspeed with your own PEFT script, or method full"
+        )
     precision = str(parsed.get("precision", "bf16"))
     if precision == "fp8":
         problems.append(
