@@ -41,6 +41,7 @@ agent exits 1 for any failed worker.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -352,6 +353,12 @@ def train(config: TrainerConfig) -> int:
             run.reporter.close()
         if dist.is_initialized():
             dist.destroy_process_group()
+        # FSDP2 keeps gloo's last asynchronous work (and its tensors) on the module; freed at
+        # interpreter shutdown, it needs the GIL and aborts the process ("terminate called
+        # without an active exception", SIGABRT after a finished run: pytorch/pytorch#179291
+        # describes the finalization crash). Free it here, while the interpreter is whole.
+        run = None
+        gc.collect()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
