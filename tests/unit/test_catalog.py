@@ -28,8 +28,11 @@ GPU_NAMES = (
     "A100-PCIE-80GB",
     "H100-SXM5-80GB",
     "H100-PCIE-80GB",
+    "H800-SXM5-80GB",
     "H200-SXM-141GB",
+    "H200-NVL-141GB",
     "B200-SXM-180GB",
+    "GB200-NVL72",
     "L40S",
     "V100-SXM2-32GB",
     "P100-16GB",
@@ -47,6 +50,8 @@ MODEL_NAMES = (
     "llama3-8b",
     "llama3-70b",
     "llama3.1-405b",
+    "mistral-7b",
+    "qwen2.5-7b",
     "gpt3-175b",
     "bloom-176b",
     "falcon-7b",
@@ -248,8 +253,11 @@ def test_fp8_only_from_hopper_and_ada_on(catalog: Catalog) -> None:
     assert with_fp8 == {
         "H100-SXM5-80GB",
         "H100-PCIE-80GB",
+        "H800-SXM5-80GB",
         "H200-SXM-141GB",
+        "H200-NVL-141GB",
         "B200-SXM-180GB",
+        "GB200-NVL72",
         "L40S",
     }
 

@@ -234,3 +234,20 @@ def test_recompute_costs_compute_time(
     plain = step_time(work, layout(2, sp=True), calibration)
     recomputed = step_time(work, layout(2, sp=True, checkpointing=checkpointing), calibration)
     assert recomputed.compute_seconds > plain.compute_seconds
+
+
+def test_fp8_keeps_attention_and_the_output_layer_in_bf16(catalog: Catalog) -> None:
+    """fp8 speeds the layers' linear GEMMs only (DeepSeek-V3's and Transformer Engine's
+    recipe): the fused attention core and the logits cost what they cost in bf16."""
+    gpu = catalog.gpu("H100-SXM5-80GB")
+    shape = ModelShape(32, 4096, 32, 8, 14336, True, 128256, 8192, False)
+    bf16 = Workload(shape=shape, gpu=gpu, gpus_per_node=8, global_batch_size=8)
+    fp8 = replace(bf16, precision="fp8")
+    layout = Layout(tensor=1, pipeline=1, data=8, micro_batch_size=1, accumulation_steps=1)
+    calibration = catalog.calibration
+    assert logits_pass_seconds(fp8, layout, calibration) == logits_pass_seconds(
+        bf16, layout, calibration
+    )
+    fast, slow = (layer_pass_seconds(w, layout, calibration) for w in (fp8, bf16))
+    assert fast.attention_forward_seconds == slow.attention_forward_seconds
+    assert fast.forward_seconds < slow.forward_seconds

@@ -177,6 +177,9 @@ class GPUSpec:
     network_bandwidth_bytes_per_second: float
     tdp_watts: float
     source: str
+    nvlink_domain_gpus: int | None = None
+    """GPUs one NVLink domain (NVSwitch fabric) joins, when it spans nodes (72 in a GB200
+    NVL72 rack of 18 trays of 4); None: the node. Groups inside it use NVLink."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.peak_flops, PeakFlopsTable):
@@ -326,6 +329,7 @@ class _GPUDocument(_Document):
     network_bandwidth_bytes_per_second: PositiveFloat
     tdp_watts: PositiveFloat
     source: _Name
+    nvlink_domain_gpus: int | None = Field(None, ge=1, le=100_000, alias="nvlinkDomainGPUs")
 
 
 class _ModelDocument(_Document):
@@ -477,6 +481,7 @@ def parse_gpus(gpus_yaml: str) -> tuple[GPUSpec, ...]:
             network_bandwidth_bytes_per_second=g.network_bandwidth_bytes_per_second,
             tdp_watts=g.tdp_watts,
             source=g.source,
+            nvlink_domain_gpus=g.nvlink_domain_gpus,
         )
         for g in parsed.gpus
     )

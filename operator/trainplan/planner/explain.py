@@ -33,6 +33,8 @@ def describe_layout(layout: Layout, workload: Workload) -> str:
     """The layout in words: degrees, where collectives run, sharding and recompute."""
     t, p, d = layout.tensor, layout.pipeline, layout.data
     link = "over NVLink inside a node" if t <= workload.gpus_per_node else "across nodes"
+    if t > workload.gpus_per_node and t <= workload.nvlink_domain_gpus:
+        link = f"over NVLink across nodes (a {workload.nvlink_domain_gpus}-GPU NVLink domain)"
     if workload.gpu.intra_node_link == "pcie" and t <= workload.gpus_per_node:
         link = "over PCIe inside a node"
     parts = []

@@ -84,5 +84,11 @@ class Workload:
     """What trains: every weight, or low-rank adapters on a frozen base (`finetune`)."""
 
     @property
+    def nvlink_domain_gpus(self) -> int:
+        """GPUs that reach each other over NVLink (or the node's PCIe): the node, or the
+        GPU's larger NVLink domain (`GPUSpec.nvlink_domain_gpus`)."""
+        return max(self.gpus_per_node, self.gpu.nvlink_domain_gpus or 0)
+
+    @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.shape.sequence_length

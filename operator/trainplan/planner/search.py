@@ -114,14 +114,15 @@ def divisors(n: int) -> list[int]:
 
 
 def tensor_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
-    """Tensor degrees: a pin, or divisors of the GPUs per node that split the heads (and
-    whatever else the framework splits evenly)."""
+    """Tensor degrees: a pin, or divisors of the GPUs that NVLink joins (the node, or a
+    larger NVLink domain) that split the heads (and whatever else the framework splits
+    evenly)."""
     if pins.tensor is not None:
         return [pins.tensor]
     shape = workload.shape
     return [
         t
-        for t in divisors(workload.gpus_per_node)
+        for t in divisors(workload.nvlink_domain_gpus)
         if shape.attention_heads % t == 0
         and (shape.kv_heads % t == 0 or t % shape.kv_heads == 0)
         and pins.framework.tensor_problem(t, shape) is None

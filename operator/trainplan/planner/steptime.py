@@ -75,14 +75,25 @@ class _Device:
     kernel_overhead_seconds: float
 
 
-def _device(workload: Workload, calibration: Calibration) -> _Device:
+def _higher_precision(precision: str) -> str:
+    """What fp8 training keeps out of fp8: the attention core and the output layer run in
+    bf16 (DeepSeek-AI 2024, arXiv 2412.19437, section 3.3.1: embedding, output head,
+    normalization and attention operators retain BF16/FP32; Transformer Engine's FP8
+    recipe casts only the linear layers' GEMMs)."""
+    return "bf16" if precision == "fp8" else precision
+
+
+def _device(workload: Workload, calibration: Calibration, gemm_precision: str = "") -> _Device:
+    """Achieved rates for the layers' GEMMs in `gemm_precision` (default: the workload's);
+    fused attention always at the higher precision of fp8 training."""
     arch: ArchitectureEfficiency = calibration.architecture(workload.gpu.architecture)
-    peak = workload.gpu.peak_flops_for(workload.precision)
+    peak = workload.gpu.peak_flops_for(gemm_precision or workload.precision)
+    attention_peak = workload.gpu.peak_flops_for(_higher_precision(workload.precision))
     hbm = workload.gpu.hbm_bandwidth_bytes_per_second
     return _Device(
         flops_per_second=peak * arch.gemm_efficiency,
         hbm_bytes_per_second=hbm * arch.hbm_efficiency,
-        flash_flops_per_second=peak * arch.flash_attention_efficiency,
+        flash_flops_per_second=attention_peak * arch.flash_attention_efficiency,
         kernel_overhead_seconds=arch.kernel_overhead_seconds_per_layer,
     )
 
@@ -131,8 +142,9 @@ def layer_pass_seconds(
         attention_backward = _FLASH_BACKWARD_RATIO * attention_forward
     else:
         batches = layout.micro_batch_size * heads_per_gpu
+        scores = _device(workload, calibration, _higher_precision(workload.precision))
         per_head = 2 * gemm_seconds(
-            device, shape.sequence_length, shape.sequence_length, shape.head_dim, e
+            scores, shape.sequence_length, shape.sequence_length, shape.head_dim, e
         )
         softmax = (
             score_elements
@@ -183,9 +195,10 @@ def layer_pass_seconds(
 
 
 def logits_pass_seconds(workload: Workload, layout: Layout, calibration: Calibration) -> float:
-    """Output layer and cross-entropy, forward and backward, one micro-batch on one GPU."""
+    """Output layer and cross-entropy, forward and backward, one micro-batch on one GPU
+    (the output layer in bf16 under fp8 training)."""
     shape = workload.shape
-    device = _device(workload, calibration)
+    device = _device(workload, calibration, _higher_precision(workload.precision))
     e = activation_element_bytes(workload.precision)
     tokens = layout.micro_batch_size * shape.sequence_length
     vocab_share = shape.vocab_size / layout.tensor
@@ -237,12 +250,13 @@ def communicator(
 
 
 def _tensor_members_per_node(workload: Workload, layout: Layout) -> int:
-    return min(layout.tensor, workload.gpus_per_node)
+    # "Node" in the collectives means NVLink reach: the node, or a larger NVLink domain.
+    return min(layout.tensor, workload.nvlink_domain_gpus)
 
 
 def _data_members_per_node(workload: Workload, layout: Layout) -> int:
     # Ranks are ordered tensor fastest, then data, then pipeline (Megatron-LM's order).
-    return max(1, min(layout.data, workload.gpus_per_node // layout.tensor))
+    return max(1, min(layout.data, workload.nvlink_domain_gpus // layout.tensor))
 
 
 def tensor_comm_seconds_per_layer_pass(
@@ -273,7 +287,7 @@ def pipeline_transfer_seconds(
     shape = workload.shape
     tokens = layout.micro_batch_size * shape.sequence_length
     size = tokens * shape.hidden_size * activation_element_bytes(workload.precision) / layout.tensor
-    same_node = layout.tensor * layout.data < workload.gpus_per_node
+    same_node = layout.tensor * layout.data < workload.nvlink_domain_gpus
     link = (
         workload.gpu.nvlink_bandwidth_bytes_per_second * calibration.nvlink_efficiency
         if same_node

@@ -1,0 +1,167 @@
+"""`python -m benchmarks.fp8`: the planner's fp8 speed-up against published pairs of fp8
+and bf16 runs (tests/data/published_fp8.csv), never fitted to them.
+
+Each pair is one model, GPU count and layout in both precisions. A pair is priced when
+the planner can express it exactly: a catalog preset (Llama 3.1 8B/70B/405B, GPT-3 175B),
+a catalog GPU and no context parallelism. Its published speed-up (bf16 step / fp8 step)
+is compared with the planner's, and each step time with the planner's. Prints a markdown
+table; exits 0 (tolerances: tests/reference/test_fp8.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Final, cast
+
+from trainplan.planner import Catalog, load_catalog
+from trainplan.planner.layout import Checkpointing, Layout, Precision, Workload
+from trainplan.planner.steptime import step_time
+
+DATA: Final = Path(__file__).resolve().parent.parent / "tests" / "data" / "published_fp8.csv"
+
+PRESETS: Final = {
+    "Llama 3.1 8B": "llama3-8b",
+    "Llama 3.1 70B": "llama3-70b",
+    "Llama 3.1 405B": "llama3.1-405b",
+    "GPT-3 175B": "gpt3-175b",
+    "Llama3-8b": "llama3-8b",
+}
+"""Published model names that are catalog presets."""
+
+ZERO_STAGES: Final = {"torchtitan": 3, "torchao": 3}
+"""FSDP shards weights, gradients and optimizer state; NeMo's distributed optimizer is
+ZeRO-1 (the default for other frameworks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """One published pair and the planner's figures."""
+
+    pair: str
+    bf16_seconds: float
+    fp8_seconds: float
+    planned_bf16_seconds: float
+    planned_fp8_seconds: float
+
+    @property
+    def speedup(self) -> float:
+        return self.bf16_seconds / self.fp8_seconds
+
+    @property
+    def planned_speedup(self) -> float:
+        return self.planned_bf16_seconds / self.planned_fp8_seconds
+
+    @property
+    def speedup_error(self) -> float:
+        """planned / published speed-up - 1."""
+        return self.planned_speedup / self.speedup - 1.0
+
+
+def _why_not(catalog: Catalog, record: dict[str, str]) -> str | None:
+    if record["model"] not in PRESETS:
+        return "model not a catalog preset"
+    if record["context_parallel"] not in ("", "1"):
+        return "context parallelism (not modelled)"
+    try:
+        catalog.gpu(record["gpu_type"])
+    except LookupError:
+        return f"GPU {record['gpu_type']!r} not in the catalog"
+    if record["activation_checkpointing"] not in ("none", "selective", "full"):
+        return "recompute level not published"
+    return None
+
+
+def _seconds(catalog: Catalog, record: dict[str, str]) -> float:
+    """The planner's step time for the row's exact layout."""
+    preset = catalog.model(PRESETS[record["model"]]).shape
+    shape = replace(preset, sequence_length=int(record["sequence_length"]))
+    tensor, pipeline = int(record["tensor_parallel"]), int(record["pipeline_parallel"])
+    data, micro = int(record["data_parallel"]), int(record["micro_batch_size"])
+    global_batch = int(record["global_batch_size"])
+    framework = record["framework"].split()[0].lower()
+    layout = Layout(
+        tensor=tensor,
+        pipeline=pipeline,
+        data=data,
+        micro_batch_size=micro,
+        accumulation_steps=global_batch // (micro * data),
+        zero_stage=ZERO_STAGES.get(framework, 1),
+        checkpointing=cast(Checkpointing, record["activation_checkpointing"]),
+        sequence_parallel=tensor > 1,
+        virtual_stages=int(record["virtual_pipeline"] or 1),
+    )
+    workload = Workload(
+        shape=shape,
+        gpu=catalog.gpu(record["gpu_type"]),
+        gpus_per_node=8,
+        global_batch_size=global_batch,
+        precision=cast(Precision, record["precision"]),
+    )
+    return step_time(workload, layout, catalog.calibration).step_seconds
+
+
+def compare(catalog: Catalog, path: Path = DATA) -> tuple[list[Pair], list[tuple[str, str]]]:
+    """The pairs priced, and (pair, reason) of those left out."""
+    rows: dict[str, dict[str, dict[str, str]]] = defaultdict(dict)
+    with path.open(newline="") as handle:
+        for record in csv.DictReader(handle):
+            if record["pair"]:
+                rows[record["pair"]][record["precision"]] = record
+    priced, left_out = [], []
+    for name, both in rows.items():
+        if set(both) != {"bf16", "fp8"}:
+            left_out.append((name, "not a bf16 and fp8 pair"))
+            continue
+        reason = _why_not(catalog, both["bf16"])
+        if reason is not None:
+            left_out.append((name, reason))
+            continue
+        priced.append(
+            Pair(
+                pair=name,
+                bf16_seconds=float(both["bf16"]["step_seconds"]),
+                fp8_seconds=float(both["fp8"]["step_seconds"]),
+                planned_bf16_seconds=_seconds(catalog, both["bf16"]),
+                planned_fp8_seconds=_seconds(catalog, both["fp8"]),
+            )
+        )
+    return priced, left_out
+
+
+def report(pairs: Sequence[Pair], left_out: Sequence[tuple[str, str]]) -> str:
+    lines = [
+        "| pair | bf16 s published / planned | fp8 s published / planned | speed-up published"
+        " / planned | error |",
+        "|---|---|---|---|---:|",
+    ]
+    for pair in pairs:
+        lines.append(
+            f"| {pair.pair} | {pair.bf16_seconds:.2f} / {pair.planned_bf16_seconds:.2f}"
+            f" | {pair.fp8_seconds:.2f} / {pair.planned_fp8_seconds:.2f}"
+            f" | {pair.speedup:.2f} / {pair.planned_speedup:.2f} | {pair.speedup_error:+.1%} |"
+        )
+    errors = [abs(p.speedup_error) for p in pairs]
+    if errors:
+        lines += [
+            "",
+            f"Speed-up: mean absolute error {statistics.mean(errors):.1%} over {len(errors)}"
+            " pairs.",
+        ]
+    lines += ["", "Left out: " + "; ".join(f"{n} ({why})" for n, why in left_out) + "."]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    pairs, left_out = compare(load_catalog())
+    print(report(pairs, left_out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
