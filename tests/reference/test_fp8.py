@@ -2,8 +2,9 @@
 (tests/data/published_fp8.csv, `benchmarks.fp8`); never fitted to them.
 
 The bounds are what the planner achieves (BENCHMARKS.md, "fp8 against bf16"): every
-priced pair's speed-up within 8%, 5.3% on average. Running attention and the output
-layer at the fp8 peak as well (before this model) put torchtitan's pairs 16-38% off.
+priced pair's speed-up within 8%, 4.7% on average over ten pairs, context-parallel
+layouts included. Running attention and the output layer at the fp8 peak as well (before
+this model) put torchtitan's pairs 16-38% off.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.reference
 @pytest.fixture(scope="module")
 def pairs(catalog: Catalog) -> list[Pair]:
     priced, left_out = compare(catalog)
-    assert len(priced) >= 5
+    assert len(priced) >= 10
     assert all(reason for _, reason in left_out)
     return priced
 

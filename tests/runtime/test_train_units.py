@@ -295,3 +295,10 @@ def test_adapters_are_a_configuration_error(method: str) -> None:
 def test_full_fine_tuning_runs_as_pre_training() -> None:
     config = load_config(["--training-method", "full"], {})
     assert config.total_steps == load_config([], {}).total_steps
+
+
+def test_context_parallelism_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(["--context-parallel", "2"], {})
+    (problem,) = caught.value.problems
+    assert "context parallelism 2" in problem

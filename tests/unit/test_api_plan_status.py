@@ -68,9 +68,9 @@ ADDED_PLAN_KEYS = {
     "trainableParameters",
 }  # fmt: skip
 """Optional: plans stored before it was added lack it."""
-ADDED_LAYOUT_KEYS = {"virtualPipelineStages", "sequenceParallel"}
+ADDED_LAYOUT_KEYS = {"virtualPipelineStages", "sequenceParallel", "context"}
 ADDED_MEMORY_KEYS = {"logitsBytes"}
-ADDED_STEP_KEYS = {"pipelineCommSeconds"}
+ADDED_STEP_KEYS = {"pipelineCommSeconds", "contextCommSeconds"}
 ADDED_RELIABILITY_KEYS = {
     "checkpointSeconds", "checkpointBytes", "meanSecondsBetweenInterruptions", "lostWorkSeconds",
 }  # fmt: skip
@@ -94,6 +94,7 @@ def layout(**changes: Any) -> dict[str, Any]:
         "globalBatchSize": 1024,
         "virtualPipelineStages": 1,
         "sequenceParallel": True,
+        "context": 1,
     } | changes
 
 
@@ -119,6 +120,7 @@ def plan_document() -> dict[str, Any]:
         "stepBreakdown": {
             "computeSeconds": 2.0,
             "tensorCommSeconds": 0.2,
+            "contextCommSeconds": 0.0,
             "dataCommSeconds": 0.1,
             "pipelineBubbleSeconds": 0.1,
             "pipelineCommSeconds": 0.05,

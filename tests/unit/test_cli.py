@@ -77,6 +77,7 @@ LAYOUT_KEYS = {
     "globalBatchSize",
     "virtualPipelineStages",
     "sequenceParallel",
+    "context",
 }
 MEMORY_KEYS = {
     "capacityBytes",
@@ -91,6 +92,7 @@ MEMORY_KEYS = {
 STEP_BREAKDOWN_KEYS = {
     "computeSeconds",
     "tensorCommSeconds",
+    "contextCommSeconds",
     "dataCommSeconds",
     "pipelineBubbleSeconds",
     "pipelineCommSeconds",

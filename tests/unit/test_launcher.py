@@ -395,6 +395,7 @@ def test_environment_values_equal_the_plan(catalog: Catalog) -> None:
         "TRAINPLAN_TENSOR_PARALLEL": "2",
         "TRAINPLAN_PIPELINE_PARALLEL": "2",
         "TRAINPLAN_DATA_PARALLEL": str(layout.data),
+        "TRAINPLAN_CONTEXT_PARALLEL": "1",
         "TRAINPLAN_VIRTUAL_PIPELINE_STAGES": "2",
         "TRAINPLAN_SEQUENCE_PARALLEL": "true" if layout.sequence_parallel else "false",
         "TRAINPLAN_ZERO_STAGE": str(layout.zero_stage),
@@ -1151,3 +1152,38 @@ def test_a_lora_plan_runs_the_users_peft_script_under_deepspeed() -> None:
     assert values["TRAINPLAN_LORA_RANK"] == "32"
     assert values["TRAINPLAN_LORA_TARGETS"] == "attention"
     assert container(objects_for(**change))["command"][-2:] != ["-m", "trainplan.runtime.train"]
+
+
+@pytest.mark.parametrize(
+    ("framework", "flag"),
+    [
+        ("megatron", "--context-parallel-size"),
+        ("torchtitan", "--parallelism.context_parallel_degree"),
+    ],
+)
+def test_context_parallelism_reaches_the_framework(framework: str, flag: str) -> None:
+    change: dict[str, Any] = {
+        "model": {"preset": "llama2-7b", "sequenceLength": 32768},
+        "parallelism": {"context": 2},
+        "job": {"framework": framework},
+    }
+    _, result = planned(**change)
+    assert result.layout.context == 2
+    args = list(container(objects_for(**change))["args"])
+    assert args[args.index(flag) + 1] == "2"
+    assert env_of(objects_for(**change))["TRAINPLAN_CONTEXT_PARALLEL"] == "2"
+
+
+def test_a_split_sequence_is_refused_where_the_program_cannot_split_it() -> None:
+    change: dict[str, Any] = {
+        "model": {"preset": "llama2-7b", "sequenceLength": 32768},
+        "parallelism": {"context": 2},
+        "job": {"framework": "megatron"},
+    }
+    spec, result = planned(**change)
+    job = spec.job.model_copy(update={"framework": "deepspeed", "command": ("python", "x.py")})
+    with pytest.raises(LauncherError) as caught:
+        render_for(REF, spec.model_copy(update={"job": job}), result, _CATALOG[0])
+    ((field, message),) = caught.value.problems
+    assert field == "parallelism.context"
+    assert "megatron or torchtitan" in message

@@ -31,11 +31,14 @@ class PlanLayout(ApiModel):
         1, ge=1, description="Model chunks per pipeline rank (interleaved 1F1B)."
     )
     sequence_parallel: bool = Field(False, description="Megatron sequence parallelism.")
+    context: int = Field(
+        1, ge=1, description="Context-parallel degree: ranks each sequence is split over."
+    )
 
     @property
     def gpus(self) -> int:
-        """GPUs the layout occupies: tensor x pipeline x data."""
-        return self.tensor * self.pipeline * self.data
+        """GPUs the layout occupies: tensor x context x pipeline x data."""
+        return self.tensor * self.context * self.pipeline * self.data
 
     @model_validator(mode="after")
     def _check_batch(self) -> Self:
@@ -51,7 +54,10 @@ class PlanLayout(ApiModel):
     @property
     def summary(self) -> str:
         """The layout in short, e.g. 'TP8 PP2 DP128' ('v4' added when interleaved)."""
-        words = [f"TP{self.tensor}", f"PP{self.pipeline}", f"DP{self.data}"]
+        words = [f"TP{self.tensor}"]
+        if self.context > 1:
+            words.append(f"CP{self.context}")
+        words += [f"PP{self.pipeline}", f"DP{self.data}"]
         if self.virtual_pipeline_stages > 1:
             words.append(f"v{self.virtual_pipeline_stages}")
         return " ".join(words)
@@ -77,6 +83,9 @@ class StepBreakdown(ApiModel):
 
     compute_seconds: float = Field(ge=0, description="Forward, backward and recompute.")
     tensor_comm_seconds: float = Field(ge=0, description="Tensor-parallel collectives.")
+    context_comm_seconds: float = Field(
+        0.0, ge=0, description="Context parallelism's key/value ring exchange not overlapped."
+    )
     data_comm_seconds: float = Field(
         ge=0, description="Data-parallel gradient reduction (and ZeRO gathers) not overlapped."
     )

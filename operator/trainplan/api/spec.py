@@ -273,6 +273,15 @@ class ParallelismSpec(ApiModel):
     tensor: int | None = Field(None, ge=1, le=_GPUS_MAX, description="Tensor-parallel degree.")
     pipeline: int | None = Field(None, ge=1, le=_GPUS_MAX, description="Pipeline-parallel degree.")
     data: int | None = Field(None, ge=1, le=_GPUS_MAX, description="Data-parallel degree.")
+    context: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description=(
+            "Context-parallel degree: ranks each sequence is split over (ring attention;"
+            " megatron and torchtitan). Searched for sequences of 32,768 tokens or more."
+        ),
+    )
     virtual_pipeline_stages: int | None = Field(
         None,
         ge=1,
@@ -685,17 +694,33 @@ class TrainingPlanSpec(ApiModel):
         problems: list[str] = []
         par, gpus = self.parallelism, self.objective.gpus
         tensor, pipeline, data = par.tensor, par.pipeline, par.data
+        context = par.context or 1
         if (
             tensor is not None
             and pipeline is not None
             and data is not None
             and gpus is not None
-            and tensor * pipeline * data != gpus
+            and tensor * context * pipeline * data != gpus
         ):
+            degrees = f"{tensor} x {pipeline} x {data}"
+            names = "parallelism.tensor x parallelism.pipeline x parallelism.data"
+            if context > 1:
+                degrees += f" x {context}"
+                names += " x parallelism.context"
             problems.append(
-                f"parallelism.tensor x parallelism.pipeline x parallelism.data "
-                f"({tensor} x {pipeline} x {data} = {tensor * pipeline * data}) "
+                f"{names} ({degrees} = {tensor * context * pipeline * data}) "
                 f"must equal objective.gpus ({gpus})"
+            )
+        if context > 1 and self.job.framework in ("reference", "deepspeed"):
+            problems.append(
+                f"parallelism.context {context}: {self.job.framework} splits no sequence over"
+                " ranks; use job.framework megatron or torchtitan"
+            )
+        length = self.model.sequence_length
+        if context > 1 and length is not None and length % context:
+            problems.append(
+                f"model.sequenceLength ({length}) must be divisible by parallelism.context"
+                f" ({context})"
             )
         per_node = self.hardware.gpus_per_node
         if gpus is not None and gpus > per_node and gpus % per_node:

@@ -58,10 +58,7 @@ def to_yaml(document: Any) -> str:
 def _summary(planned: PlannedInput, ref: PlanRef) -> str:
     result, job = planned.plan, planned.spec.job
     layout = result.layout
-    words = [f"TP{layout.tensor}", f"PP{layout.pipeline}", f"DP{layout.data}"]
-    if layout.virtual_pipeline_stages > 1:
-        words.append(f"v{layout.virtual_pipeline_stages}")
-    words.append(f"ZeRO-{layout.zero_stage}")
+    words = [layout.summary, f"ZeRO-{layout.zero_stage}"]
     return (
         f"TrainingPlan {ref.namespace}/{ref.name}: {result.gpus} x {result.gpu_type} "
         f"({result.nodes} {'node' if result.nodes == 1 else 'nodes'} x "

@@ -171,10 +171,8 @@ def run_table(plan: Plan) -> Table:
 
 
 def _layout_words(plan_layout: PlanLayout) -> str:
-    words = [f"TP{plan_layout.tensor}", f"PP{plan_layout.pipeline}", f"DP{plan_layout.data}"]
-    if plan_layout.virtual_pipeline_stages > 1:
-        words.append(f"v{plan_layout.virtual_pipeline_stages}")
-    words += [
+    words = [
+        plan_layout.summary,
         f"mb{plan_layout.micro_batch_size}",
         f"ZeRO-{plan_layout.zero_stage}",
         RECOMPUTE_WORDS[plan_layout.activation_checkpointing],

@@ -18,6 +18,7 @@ Values are strings, as environment variables are: integers in decimal, booleans 
 | `TRAINPLAN_TENSOR_PARALLEL` | `status.plan.layout.tensor` |
 | `TRAINPLAN_PIPELINE_PARALLEL` | `layout.pipeline` |
 | `TRAINPLAN_DATA_PARALLEL` | `layout.data` |
+| `TRAINPLAN_CONTEXT_PARALLEL` | `layout.context`, ranks each sequence is split over |
 | `TRAINPLAN_VIRTUAL_PIPELINE_STAGES` | `layout.virtualPipelineStages`, chunks per pipeline rank |
 | `TRAINPLAN_SEQUENCE_PARALLEL` | `layout.sequenceParallel`, `true` or `false` |
 | `TRAINPLAN_ZERO_STAGE` | `layout.zeroStage`, 0..3 |
@@ -77,6 +78,7 @@ PLAN_NAME: Final = "TRAINPLAN_PLAN_NAME"
 TENSOR_PARALLEL: Final = "TRAINPLAN_TENSOR_PARALLEL"
 PIPELINE_PARALLEL: Final = "TRAINPLAN_PIPELINE_PARALLEL"
 DATA_PARALLEL: Final = "TRAINPLAN_DATA_PARALLEL"
+CONTEXT_PARALLEL: Final = "TRAINPLAN_CONTEXT_PARALLEL"
 VIRTUAL_PIPELINE_STAGES: Final = "TRAINPLAN_VIRTUAL_PIPELINE_STAGES"
 SEQUENCE_PARALLEL: Final = "TRAINPLAN_SEQUENCE_PARALLEL"
 ZERO_STAGE: Final = "TRAINPLAN_ZERO_STAGE"
@@ -108,6 +110,7 @@ NAMES: Final = (
     TENSOR_PARALLEL,
     PIPELINE_PARALLEL,
     DATA_PARALLEL,
+    CONTEXT_PARALLEL,
     VIRTUAL_PIPELINE_STAGES,
     SEQUENCE_PARALLEL,
     ZERO_STAGE,

@@ -17,6 +17,9 @@ flag wins, so they can override them).
   distributed optimizer for ZeRO-1, recompute, precision, steps, the model shape and
   checkpointing. Megatron-LM's
   distributed optimizer is ZeRO-1; a plan with ZeRO-2 or 3 is rejected.
+- Context parallelism (`layout.context` > 1): Megatron-LM's `--context-parallel-size`,
+  torchtitan's `--parallelism.context_parallel_degree`; refused for `reference` and
+  `deepspeed`.
 - `torchtitan`: `python -m torchtitan.train` with `JobConfig` overrides as named in
   torchtitan v0.1.0 (torchtitan/config_manager.py at that tag, June 2025; uneven pipeline
   stages as `pipeline_parallel_split_points`): `--parallelism.*`,
@@ -150,6 +153,7 @@ def megatron_arguments(
     args: list[str] = [
         *_flag("--tensor-model-parallel-size", layout.tensor),
         *_flag("--pipeline-model-parallel-size", layout.pipeline),
+        *(_flag("--context-parallel-size", layout.context) if layout.context > 1 else ()),
     ]
     if layout.virtual_pipeline_stages > 1:
         layers_per_chunk = shape.layers // (layout.pipeline * layout.virtual_pipeline_stages)
@@ -239,6 +243,11 @@ def torchtitan_arguments(
         )
     args: list[str] = [
         *_flag("--parallelism.tensor_parallel_degree", layout.tensor),
+        *(
+            _flag("--parallelism.context_parallel_degree", layout.context)
+            if layout.context > 1
+            else ()
+        ),
         *_flag("--parallelism.pipeline_parallel_degree", layout.pipeline),
     ]
     if layout.pipeline > 1:
@@ -353,6 +362,16 @@ def launch_for(
     """The program, arguments and config files of the spec's framework for this plan."""
     framework = spec.job.framework
     precision = spec.training.precision
+    if plan.layout.context > 1 and framework in ("reference", "deepspeed"):
+        raise LauncherError(
+            [
+                (
+                    "parallelism.context",
+                    f"{framework} splits no sequence over ranks; use job.framework megatron or"
+                    " torchtitan",
+                )
+            ]
+        )
     if spec.training.method in ("lora", "qlora") and framework != "deepspeed":
         raise LauncherError(
             [

@@ -258,6 +258,7 @@ def environment(
         env.TENSOR_PARALLEL: str(layout.tensor),
         env.PIPELINE_PARALLEL: str(layout.pipeline),
         env.DATA_PARALLEL: str(layout.data),
+        env.CONTEXT_PARALLEL: str(layout.context),
         env.VIRTUAL_PIPELINE_STAGES: str(layout.virtual_pipeline_stages),
         env.SEQUENCE_PARALLEL: _bool(layout.sequence_parallel),
         env.ZERO_STAGE: str(layout.zero_stage),

@@ -41,6 +41,12 @@ def describe_layout(layout: Layout, workload: Workload) -> str:
     if t > 1:
         sp = " with sequence parallelism" if layout.sequence_parallel else ""
         parts.append(f"{t}-way tensor parallelism {link}{sp}")
+    if layout.context > 1:
+        inside = t * layout.context <= workload.nvlink_domain_gpus
+        parts.append(
+            f"{layout.context}-way context parallelism (each sequence split, keys and values"
+            f" passed around a ring {'over NVLink' if inside else 'across nodes'})"
+        )
     if p > 1:
         chunks = (
             f" ({layout.virtual_stages} interleaved chunks each)"

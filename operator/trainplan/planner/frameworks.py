@@ -8,6 +8,10 @@
 - The reference trainer runs ZeRO 0-3, stage 3 without pipelining; its tensor
   parallelism splits the vocabulary, the MLP width and the key/value heads evenly (no
   padding), so the tensor degree must divide each.
+- Context parallelism (a sequence split over ranks, ring attention): Megatron-LM
+  (`--context-parallel-size`) and torchtitan (`--parallelism.context_parallel_degree`);
+  DeepSpeed's Ulysses sequence parallelism is another scheme, and the reference trainer
+  has none.
 - Uneven pipeline stages (a degree that does not divide the layers, `planner.stages`):
   Megatron-LM (first and last stage layer counts) and torchtitan (split points) place
   them; DeepSpeed's pipeline is partitioned by the user's own `PipelineModule`, which
@@ -32,6 +36,8 @@ class FrameworkLimits:
     uneven_pipeline: bool = True
     """Pipeline degrees that do not divide the layers are placed (first and last stages
     take the remainder)."""
+    context_parallel: bool = True
+    """Sequences can be split over context-parallel ranks (ring attention)."""
 
     def allows(self, zero_stage: int, pipeline: int) -> bool:
         if zero_stage not in self.zero_stages:
@@ -55,9 +61,11 @@ class FrameworkLimits:
 
 
 FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
-    "reference": FrameworkLimits((0, 1, 2, 3), 2, tensor_splits_evenly=True),
+    "reference": FrameworkLimits(
+        (0, 1, 2, 3), 2, tensor_splits_evenly=True, context_parallel=False
+    ),
     "megatron": FrameworkLimits((0, 1), 1),
-    "deepspeed": FrameworkLimits((0, 1, 2, 3), 1, uneven_pipeline=False),
+    "deepspeed": FrameworkLimits((0, 1, 2, 3), 1, uneven_pipeline=False, context_parallel=False),
     "torchtitan": FrameworkLimits((0, 1, 2, 3), 2),
 }
 ANY_FRAMEWORK = FrameworkLimits((0, 1, 2, 3), 2)

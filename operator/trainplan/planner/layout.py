@@ -33,9 +33,12 @@ reads as a model checkpoint)."""
 class Layout:
     """How one optimizer step is spread over GPUs.
 
-    `tensor` x `pipeline` x `data` GPUs; each data-parallel rank runs
+    `tensor` x `context` x `pipeline` x `data` GPUs; each data-parallel rank runs
     `accumulation_steps` micro-batches of `micro_batch_size` sequences, so the global
     batch is micro x data x accumulation sequences (Narayanan et al. 2021, section 2.2).
+    Context parallelism splits each sequence over `context` ranks (ring attention: Liu et
+    al. 2023, arXiv 2310.01889; Megatron-LM's context parallelism), which hold the same
+    weights, as data-parallel ranks do.
     """
 
     tensor: int
@@ -47,10 +50,17 @@ class Layout:
     checkpointing: Checkpointing = "none"
     sequence_parallel: bool = False
     virtual_stages: int = 1
+    context: int = 1
 
     @property
     def gpus(self) -> int:
-        return self.tensor * self.pipeline * self.data
+        return self.tensor * self.context * self.pipeline * self.data
+
+    @property
+    def replicas(self) -> int:
+        """Ranks holding the same weights: data x context. ZeRO shards over them and
+        gradients reduce over them (Megatron-LM's data-and-context group)."""
+        return self.data * self.context
 
     @property
     def global_batch_size(self) -> int:
@@ -58,7 +68,10 @@ class Layout:
 
     def describe(self) -> str:
         """Short human form, e.g. `TP8 PP4 DP64 mb1 ga4 ZeRO-1 selective-recompute`."""
-        parts = [f"TP{self.tensor}", f"PP{self.pipeline}", f"DP{self.data}"]
+        parts = [f"TP{self.tensor}"]
+        if self.context > 1:
+            parts.append(f"CP{self.context}")
+        parts += [f"PP{self.pipeline}", f"DP{self.data}"]
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")
         parts += [f"mb{self.micro_batch_size}", f"ga{self.accumulation_steps}"]

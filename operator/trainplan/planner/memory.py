@@ -188,7 +188,7 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
     shape = workload.shape
     state = state_bytes_per_parameter(workload.precision, workload.optimizer)
     params = stage_parameter_count(shape, layout)
-    d = layout.data
+    d = layout.replicas  # ZeRO shards over data x context ranks
     base_bytes = frozen_weight_bytes_per_parameter(workload)
     if workload.tuning.adapters:
         # A frozen base holds its weights only; the adapters hold the full training state.
@@ -201,7 +201,8 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
     gradients = trained * state.gradients / (d if layout.zero_stage >= 2 else 1)
     optimizer = trained * state.optimizer / (d if layout.zero_stage >= 1 else 1)
 
-    tokens = layout.micro_batch_size * shape.sequence_length
+    # Context parallelism: each rank holds 1/context of every sequence's tokens.
+    tokens = layout.micro_batch_size * shape.sequence_length / layout.context
     per_layer = checkpointed_layer_bytes_per_token(
         shape, layout, workload.precision, workload.attention
     )

@@ -267,8 +267,15 @@ def _fastest_without_waste(evaluated: Iterable[Evaluation]) -> Evaluation | None
     return min(close, key=lambda e: (e.gpu_hours, e.duration_seconds))
 
 
-def _signature(layout: Layout) -> tuple[int, int, int, int, str]:
-    return (layout.tensor, layout.pipeline, layout.data, layout.zero_stage, layout.checkpointing)
+def _signature(layout: Layout) -> tuple[int, int, int, int, int, str]:
+    return (
+        layout.tensor,
+        layout.context,
+        layout.pipeline,
+        layout.data,
+        layout.zero_stage,
+        layout.checkpointing,
+    )
 
 
 def _alternatives(
@@ -312,6 +319,7 @@ def plan_layout(layout: Layout) -> PlanLayout:
         global_batch_size=layout.global_batch_size,
         virtual_pipeline_stages=layout.virtual_stages,
         sequence_parallel=layout.sequence_parallel,
+        context=layout.context,
     )
 
 
@@ -377,6 +385,7 @@ def _plan_object(
         step_breakdown=StepBreakdown(
             compute_seconds=step.compute_seconds,
             tensor_comm_seconds=step.tensor_comm_seconds,
+            context_comm_seconds=step.context_comm_seconds,
             data_comm_seconds=step.data_comm_seconds,
             pipeline_bubble_seconds=step.pipeline_bubble_seconds,
             pipeline_comm_seconds=step.pipeline_comm_seconds,

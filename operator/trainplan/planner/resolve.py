@@ -118,6 +118,13 @@ def check_pins(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str
                     f"{par.tensor} and kvHeads ({shape.kv_heads}) must divide one another",
                 )
             )
+    if par.context is not None and shape.sequence_length % par.context:
+        problems.append(
+            (
+                "parallelism.context",
+                f"{par.context} does not divide sequenceLength ({shape.sequence_length})",
+            )
+        )
     framework = spec.job.framework
     limits = FRAMEWORK_LIMITS[framework]
     if par.tensor is not None and all(path != "parallelism.tensor" for path, _ in problems):
@@ -253,6 +260,7 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
         tensor=par.tensor,
         pipeline=par.pipeline,
         data=par.data,
+        context=par.context,
         virtual_stages=par.virtual_pipeline_stages,
         micro_batch_size=spec.batch.micro_batch_size,
         zero_stage=par.zero_stage,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Final
 
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.errors import PlanInputError
@@ -43,6 +44,7 @@ class LayoutPins:
     tensor: int | None = None
     pipeline: int | None = None
     data: int | None = None
+    context: int | None = None
     virtual_stages: int | None = None
     micro_batch_size: int | None = None
     zero_stage: int | None = None
@@ -129,6 +131,32 @@ def tensor_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
     ]
 
 
+LONG_SEQUENCE: Final = 32_768
+"""Sequences at least this long are also searched with context parallelism."""
+_MIN_CONTEXT_CHUNK = 4_096
+"""The shortest share of a sequence a context rank is searched with."""
+_MAX_CONTEXT = 32
+
+
+def context_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
+    """Context-parallel degrees: a pin; or, for sequences of `LONG_SEQUENCE` tokens or
+    more where the framework splits sequences, the powers of two up to 32 that leave each
+    rank at least 4,096 tokens of a sequence; else 1."""
+    if pins.context is not None:
+        return [pins.context]
+    length = workload.shape.sequence_length
+    if length < LONG_SEQUENCE or not pins.framework.context_parallel:
+        return [1]
+    degrees = [1]
+    while (
+        degrees[-1] * 2 <= _MAX_CONTEXT
+        and length % (degrees[-1] * 2) == 0
+        and length // (degrees[-1] * 2) >= _MIN_CONTEXT_CHUNK
+    ):
+        degrees.append(degrees[-1] * 2)
+    return degrees
+
+
 def pipeline_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
     """Pipeline degrees: a pin, or divisors of the layer count and, where the framework
     places uneven stages, the degrees of `_UNEVEN_PIPELINE_DEGREES` that split the layers
@@ -167,13 +195,15 @@ def is_whole_nodes(gpus: int, gpus_per_node: int) -> bool:
 
 
 def candidate_gpu_counts(workload: Workload, pins: LayoutPins, max_gpus: int) -> list[int]:
-    """Every GPU count up to `max_gpus` that some legal (tensor, pipeline, data) reaches."""
+    """Every GPU count up to `max_gpus` that some legal (tensor, context, pipeline, data)
+    reaches."""
     counts = {
-        t * p * d
+        t * c * p * d
         for t in tensor_degrees(workload, pins)
+        for c in context_degrees(workload, pins)
         for p in pipeline_degrees(workload, pins)
         for d in data_degrees(workload, pins)
-        if t * p * d <= max_gpus
+        if t * c * p * d <= max_gpus
     }
     return sorted(c for c in counts if is_whole_nodes(c, workload.gpus_per_node))
 
@@ -186,17 +216,19 @@ def generate_layouts(workload: Workload, gpus: int, pins: LayoutPins) -> Iterato
     """
     shape = workload.shape
     batch = workload.global_batch_size
-    for t in tensor_degrees(workload, pins):
-        if gpus % t:
+    for t, c in (
+        (t, c) for t in tensor_degrees(workload, pins) for c in context_degrees(workload, pins)
+    ):
+        if gpus % (t * c):
             continue
         for p in pipeline_degrees(workload, pins):
-            if (gpus // t) % p or not pipeline_splits(workload, p, pins):
+            if (gpus // (t * c)) % p or not pipeline_splits(workload, p, pins):
                 continue
-            d = gpus // (t * p)
+            d = gpus // (t * c * p)
             if (pins.data is not None and d != pins.data) or batch % d:
                 continue
             per_rank = batch // d
-            for zero in _zero_stages(p, d, pins):
+            for zero in _zero_stages(p, d * c, pins):
                 for checkpointing in _checkpointing_levels(workload, pins):
                     for sp in _sequence_parallel(t, pins):
                         for v in _virtual_stages(shape.layers, p, pins):
@@ -214,6 +246,7 @@ def generate_layouts(workload: Workload, gpus: int, pins: LayoutPins) -> Iterato
                                     checkpointing=checkpointing,
                                     sequence_parallel=sp,
                                     virtual_stages=v,
+                                    context=c,
                                 )
 
 

@@ -52,12 +52,15 @@ class StepTime:
     pipeline_comm_seconds: float
     data_comm_seconds: float
     optimizer_seconds: float
+    context_comm_seconds: float = 0.0
+    """Ring attention's key/value exchange left exposed behind the attention core."""
 
     @property
     def step_seconds(self) -> float:
         return (
             self.compute_seconds
             + self.tensor_comm_seconds
+            + self.context_comm_seconds
             + self.pipeline_bubble_seconds
             + self.pipeline_comm_seconds
             + self.data_comm_seconds
@@ -98,6 +101,12 @@ def _device(workload: Workload, calibration: Calibration, gemm_precision: str = 
     )
 
 
+def local_tokens(layout: Layout, shape: ModelShape) -> float:
+    """Tokens of one micro-batch on one GPU: its sequences' share under context
+    parallelism."""
+    return layout.micro_batch_size * shape.sequence_length / layout.context
+
+
 def gemm_seconds(device: _Device, m: float, n: float, k: float, element_bytes: int) -> float:
     """Forward time of an (m x k) by (k x n) matrix multiply: compute plus operand traffic."""
     flops = 2.0 * m * n * k
@@ -112,6 +121,7 @@ class LayerPassSeconds:
     forward_seconds: float
     attention_forward_seconds: float
     backward_seconds: float
+    attention_backward_seconds: float = 0.0
 
 
 def layer_pass_seconds(
@@ -122,7 +132,7 @@ def layer_pass_seconds(
     device = _device(workload, calibration)
     e = activation_element_bytes(workload.precision)
     t = layout.tensor
-    tokens = layout.micro_batch_size * shape.sequence_length
+    tokens = local_tokens(layout, shape)
     h = shape.hidden_size
     f = shape.ffn_hidden_size
     qkv_width = h + 2 * shape.kv_heads * shape.head_dim
@@ -135,7 +145,8 @@ def layer_pass_seconds(
         + gemm_seconds(device, tokens, h, f / t, e)
     )
     heads_per_gpu = shape.attention_heads / t
-    score_elements = layout.micro_batch_size * heads_per_gpu * shape.sequence_length**2
+    query_rows = shape.sequence_length / layout.context  # a context rank's queries
+    score_elements = layout.micro_batch_size * heads_per_gpu * query_rows * shape.sequence_length
     if workload.attention == "flash":
         core_flops = 4.0 * tokens * shape.sequence_length * h / t * FLASH_CAUSAL_FRACTION
         attention_forward = core_flops / device.flash_flops_per_second
@@ -143,9 +154,7 @@ def layer_pass_seconds(
     else:
         batches = layout.micro_batch_size * heads_per_gpu
         scores = _device(workload, calibration, _higher_precision(workload.precision))
-        per_head = 2 * gemm_seconds(
-            scores, shape.sequence_length, shape.sequence_length, shape.head_dim, e
-        )
+        per_head = 2 * gemm_seconds(scores, query_rows, shape.sequence_length, shape.head_dim, e)
         softmax = (
             score_elements
             * calibration.standard_attention_bytes_per_score
@@ -191,6 +200,7 @@ def layer_pass_seconds(
         forward_seconds=forward,
         attention_forward_seconds=attention_forward,
         backward_seconds=backward,
+        attention_backward_seconds=attention_backward,
     )
 
 
@@ -200,7 +210,7 @@ def logits_pass_seconds(workload: Workload, layout: Layout, calibration: Calibra
     shape = workload.shape
     device = _device(workload, calibration, _higher_precision(workload.precision))
     e = activation_element_bytes(workload.precision)
-    tokens = layout.micro_batch_size * shape.sequence_length
+    tokens = local_tokens(layout, shape)
     vocab_share = shape.vocab_size / layout.tensor
     gemm = gemm_seconds(device, tokens, vocab_share, shape.hidden_size, e)
     # Softmax cross-entropy reads and writes fp32 logits forward and backward.
@@ -256,7 +266,9 @@ def _tensor_members_per_node(workload: Workload, layout: Layout) -> int:
 
 def _data_members_per_node(workload: Workload, layout: Layout) -> int:
     # Ranks are ordered tensor fastest, then data, then pipeline (Megatron-LM's order).
-    return max(1, min(layout.data, workload.nvlink_domain_gpus // layout.tensor))
+    # With context parallelism the gradients reduce over data x context ranks, ordered
+    # tensor, context, data (Megatron-LM's order).
+    return max(1, min(layout.replicas, workload.nvlink_domain_gpus // layout.tensor))
 
 
 def tensor_comm_seconds_per_layer_pass(
@@ -272,7 +284,7 @@ def tensor_comm_seconds_per_layer_pass(
     if t == 1:
         return 0.0
     shape = workload.shape
-    tokens = layout.micro_batch_size * shape.sequence_length
+    tokens = local_tokens(layout, shape)
     size = tokens * shape.hidden_size * activation_element_bytes(workload.precision)
     group = communicator(workload, t, _tensor_members_per_node(workload, layout), calibration)
     count = 6 if layout.checkpointing == "full" else 4
@@ -285,9 +297,9 @@ def pipeline_transfer_seconds(
     """One activation transfer between stages, split over the tensor ranks (scatter-gather,
     Narayanan et al. 2021, section 4.1); adjacent stages are tensor x data ranks apart."""
     shape = workload.shape
-    tokens = layout.micro_batch_size * shape.sequence_length
+    tokens = local_tokens(layout, shape)
     size = tokens * shape.hidden_size * activation_element_bytes(workload.precision) / layout.tensor
-    same_node = layout.tensor * layout.data < workload.nvlink_domain_gpus
+    same_node = layout.tensor * layout.replicas < workload.nvlink_domain_gpus
     link = (
         workload.gpu.nvlink_bandwidth_bytes_per_second * calibration.nvlink_efficiency
         if same_node
@@ -297,12 +309,53 @@ def pipeline_transfer_seconds(
     return point_to_point_seconds(size, replace(pair, bandwidth_bytes_per_second=link))
 
 
+def context_comm_seconds_per_layer_pass(
+    workload: Workload, layout: Layout, calibration: Calibration, layer: LayerPassSeconds
+) -> float:
+    """Ring attention's exposed exchange of one layer, one micro-batch, forward and backward.
+
+    Each of the `context` ranks passes its chunk's keys and values around the ring:
+    context - 1 transfers forward, twice that backward (keys and values, then their
+    gradients), once more forward under full recompute, each overlapped with the attention
+    core of the chunk in hand (Liu et al. 2023, arXiv 2310.01889, section 3; Megatron-LM's
+    context parallelism overlaps them the same way); only what the core does not hide is
+    exposed. Neighbours share NVLink when the tensor x context group fits its reach.
+    """
+    c = layout.context
+    if c == 1:
+        return 0.0
+    shape = workload.shape
+    kv_heads_per_gpu = max(1.0, shape.kv_heads / layout.tensor)
+    size = (
+        local_tokens(layout, shape)
+        * 2
+        * kv_heads_per_gpu
+        * shape.head_dim
+        * activation_element_bytes(workload.precision)
+    )
+    inside = layout.tensor * c <= workload.nvlink_domain_gpus
+    link = (
+        workload.gpu.nvlink_bandwidth_bytes_per_second * calibration.nvlink_efficiency
+        if inside
+        else workload.gpu.network_bandwidth_bytes_per_second * calibration.network_efficiency
+    )
+    pair = communicator(workload, 2, 2 if inside else 1, calibration)
+    transfer = point_to_point_seconds(size, replace(pair, bandwidth_bytes_per_second=link))
+    forward = (c - 1) * transfer
+    exposed = max(0.0, forward - layer.attention_forward_seconds) + max(
+        0.0, 2 * forward - layer.attention_backward_seconds
+    )
+    if layout.checkpointing == "full":
+        exposed += max(0.0, forward - layer.attention_forward_seconds)
+    return exposed
+
+
 def gradient_buckets(layout: Layout, parameters: float, calibration: Calibration) -> int:
     """Collectives per step of a bucketed data-parallel reduction (ZeRO 0-2): the
     parameters over Megatron-LM's default bucket, max(40M, 1M x data ranks) parameters."""
     bucket = max(
         calibration.gradient_bucket_min_parameters,
-        calibration.gradient_bucket_parameters_per_data_rank * layout.data,
+        calibration.gradient_bucket_parameters_per_data_rank * layout.replicas,
     )
     return max(1, math.ceil(parameters / bucket))
 
@@ -324,7 +377,7 @@ def data_comm_seconds(
     its volume per GPU does not shrink with the batch per GPU and its latency grows with
     the layers and the ring's length.
     """
-    d = layout.data
+    d = layout.replicas
     if d == 1:
         return 0.0
     state = state_bytes_per_parameter(workload.precision, workload.optimizer)
@@ -365,7 +418,7 @@ def optimizer_seconds(workload: Workload, layout: Layout, calibration: Calibrati
         else stage_parameter_count(workload.shape, layout)
     )
     if layout.zero_stage >= 1:
-        params /= layout.data
+        params /= layout.replicas
     arch = calibration.architecture(workload.gpu.architecture)
     bandwidth = workload.gpu.hbm_bandwidth_bytes_per_second * arch.hbm_efficiency
     return params * calibration.optimizer_bytes_per_parameter / bandwidth
@@ -394,10 +447,13 @@ def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> S
     stage_tensor = slowest_layers * tensor_comm_seconds_per_layer_pass(
         workload, layout, calibration
     )
+    stage_context = slowest_layers * context_comm_seconds_per_layer_pass(
+        workload, layout, calibration, layer
+    )
     m = layout.accumulation_steps
     p = layout.pipeline
     v = layout.virtual_stages
-    bubble = (p - 1) / v * (stage_compute + stage_tensor)
+    bubble = (p - 1) / v * (stage_compute + stage_tensor + stage_context)
 
     p2p = 0.0
     if p > 1:
@@ -414,6 +470,7 @@ def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> S
     return StepTime(
         compute_seconds=factor * m * stage_compute,
         tensor_comm_seconds=factor * m * stage_tensor,
+        context_comm_seconds=factor * m * stage_context,
         pipeline_bubble_seconds=factor * bubble,
         pipeline_comm_seconds=factor * p2p,
         data_comm_seconds=factor * data,

@@ -199,6 +199,9 @@ _OPTIONS: Final = (
     _Option("data_parallel", "--data-parallel", _parse_int,
             "data-parallel degree (default: WORLD_SIZE / (tensor x pipeline))",
             schema.ENV_DATA_PARALLEL, "N"),
+    _Option("context_parallel", "--context-parallel", _parse_int,
+            "context-parallel degree (only 1: the trainer splits no sequence over ranks)",
+            schema.ENV_CONTEXT_PARALLEL, "N"),
     _Option("sequence_parallel", "--sequence-parallel", _parse_bool,
             "sequence parallelism with tensor parallelism (true/false)",
             schema.ENV_SEQUENCE_PARALLEL, "BOOL"),
@@ -421,6 +424,12 @@ def _resolve(parsed: dict[str, Any], world_size: int, problems: list[str]) -> Tr
         )
         if key in parsed
     }
+    context = parsed.get("context_parallel", 1)
+    if context != 1:
+        problems.append(
+            f"context parallelism {context}: the reference trainer splits no sequence over"
+            " ranks; use framework megatron or torchtitan, or context 1"
+        )
     method = str(parsed.get("training_method", "pretrain"))
     if method in ("lora", "qlora"):
         problems.append(
