@@ -15,6 +15,7 @@ BENCHMARKS = (
     ("whole runs from many sources", "benchmarks.whole_runs"),
     ("fine-tuning (published full, LoRA and QLoRA runs)", "benchmarks.finetuning"),
     ("fp8 against bf16 (published pairs)", "benchmarks.fp8"),
+    ("serving capacity (TensorRT-LLM's published measurements)", "benchmarks.serving"),
     ("the plans' 10-90% ranges (held-out errors)", "benchmarks.plan_ranges"),
     (
         "cluster calibration (a simulated cluster unlike the catalog)",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from trainplan.api import (
     ClusterCalibration,
@@ -16,6 +16,9 @@ from trainplan.api import (
     format_validation_errors,
     parse_training_plan_spec,
 )
+from trainplan.api.serving import ServingSpec
+
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,18 +142,29 @@ def _load(path: Path) -> tuple[list[Any], str | None]:
     return documents, None
 
 
-def read_cluster_calibration(path: Path) -> tuple[ClusterCalibration | None, tuple[str, ...]]:
-    """The one ClusterCalibration resource in `path`, or None and one line per problem
-    (field paths as `status.records[0].gpuHours: ...`)."""
+def _read_one(path: Path, model: type[_Model], kind: str) -> tuple[_Model | None, tuple[str, ...]]:
+    """The one `kind` document in `path`, or None and one line per problem (field paths
+    as `status.records[0].gpuHours: ...`)."""
     documents, problem = _load(path)
     if problem is not None:
         return None, (problem,)
     if len(documents) != 1 or not isinstance(documents[0], dict):
-        return None, ("expected one ClusterCalibration document",)
+        return None, (f"expected one {kind} document",)
     try:
-        return ClusterCalibration.model_validate(documents[0]), ()
+        return model.model_validate(documents[0]), ()
     except ValidationError as error:
         return None, tuple(format_validation_errors(error))
+
+
+def read_cluster_calibration(path: Path) -> tuple[ClusterCalibration | None, tuple[str, ...]]:
+    """The one ClusterCalibration resource in `path`, or None and one line per problem."""
+    return _read_one(path, ClusterCalibration, "ClusterCalibration")
+
+
+def read_serving_spec(path: Path) -> tuple[ServingSpec | None, tuple[str, ...]]:
+    """The one serving spec in `path` (`trainplan serve`), or None and one line per
+    problem."""
+    return _read_one(path, ServingSpec, "serving spec")
 
 
 def read_plan_inputs(path: Path) -> list[PlanInput]:

@@ -52,6 +52,12 @@ COMMANDS: dict[str, LazyCommand] = {
         "trainplan.cli.plan_command:command",
         "Plan each TrainingPlan in FILES (whole resources or bare specs, YAML or JSON).",
     ),
+    "serve": LazyCommand(
+        "trainplan.cli.serve_command:command",
+        "Size serving for the model in FILE (YAML or JSON: model, hardware, precision, "
+        "requests, latency): the GPUs, tensor degree and batch that sustain the request rate "
+        "within the latency targets.",
+    ),
     "render": LazyCommand(
         "trainplan.cli.render_command:command",
         "Print every Kubernetes object the operator would create for each TrainingPlan in "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from trainplan.api import TrainingPlanSpec
+from trainplan.api import ModelSpec, TrainingPlanSpec
 from trainplan.planner.catalog import (
     Catalog,
     UnknownGPUError,
@@ -43,7 +43,11 @@ def resolve_shape(spec: TrainingPlanSpec, catalog: Catalog) -> tuple[ModelShape,
 
     Raises `PlanInputError` naming each field that is missing or inconsistent.
     """
-    model = spec.model
+    return resolve_model(spec.model, catalog)
+
+
+def resolve_model(model: ModelSpec, catalog: Catalog) -> tuple[ModelShape, float]:
+    """`resolve_shape` of a bare model section (training and serving share it)."""
     base = None
     if model.preset is not None:
         try:
