@@ -19,7 +19,7 @@ from trainplan.planner.finetune import (
 from trainplan.planner.flops import model_flops_per_token
 from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.memory import estimate_memory
-from trainplan.planner.shapes import ModelShape, parameter_count
+from trainplan.planner.shapes import ModelShape, embedding_parameter_count, parameter_count
 from trainplan.planner.steptime import StepTime, step_time
 
 LLAMA2_7B = ModelShape(32, 4096, 32, 32, 11008, True, 32000, 2048, False)
@@ -69,8 +69,10 @@ def test_memory_holds_state_only_for_what_trains(catalog: Catalog) -> None:
     assert lora.gradients_bytes == round(adapters * 4)
     assert lora.optimizer_bytes == round(adapters * 12)
     assert lora.weights_bytes == pytest.approx(parameters * 2 + adapters * 2, rel=1e-6)
+    # 4-bit layers; the embedding and output matrices stay in bf16.
+    matrices = embedding_parameter_count(LLAMA2_7B)
     assert qlora.weights_bytes == pytest.approx(
-        parameters * NF4_BYTES_PER_PARAMETER + adapters * 2, rel=1e-6
+        (parameters - matrices) * NF4_BYTES_PER_PARAMETER + matrices * 2 + adapters * 2, rel=1e-6
     )
     assert full.gradients_bytes > 1000 * lora.gradients_bytes
     assert qlora.activations_bytes == lora.activations_bytes == full.activations_bytes

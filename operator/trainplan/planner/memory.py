@@ -126,6 +126,14 @@ def stage_parameter_count(shape: ModelShape, layout: Layout) -> float:
     return max(middle, edges) / layout.tensor
 
 
+def _stage_embedding_parameter_count(shape: ModelShape, layout: Layout) -> float:
+    """Embedding and output matrices on one GPU of the most loaded stage (as
+    `stage_parameter_count` places them)."""
+    if layout.pipeline == 1:
+        return embedding_parameter_count(shape) / layout.tensor
+    return float(shape.vocab_size * shape.hidden_size) / layout.tensor
+
+
 def layer_activation_bytes_per_token(
     shape: ModelShape, layout: Layout, precision: Precision, attention: str
 ) -> float:
@@ -194,6 +202,11 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
         # A frozen base holds its weights only; the adapters hold the full training state.
         trained = stage_adapter_parameter_count(workload, layout)
         stored = params * base_bytes + trained * state.weights
+        if workload.tuning.method == "qlora":
+            # Only the layers' linear maps are 4-bit: the embedding and output matrices stay
+            # in the compute type (bitsandbytes quantizes linear layers and skips lm_head).
+            matrices = _stage_embedding_parameter_count(shape, layout)
+            stored += matrices * (state.weights - base_bytes)
     else:
         trained = params
         stored = params * state.weights
@@ -235,6 +248,9 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
     if layout.zero_stage >= 3:
         # ZeRO-3 materialises the current and the prefetched layer in full.
         gathered = 2 * layer_parameter_count(shape) / layout.tensor * base_bytes
+    if workload.tuning.method == "qlora":
+        # The layer in hand, dequantized to the compute type for its matrix multiplies.
+        gathered += layer_parameter_count(shape) / layout.tensor * state.weights
     overhead = (
         calibration.memory_overhead_bytes + calibration.memory_fragmentation * activations
     ) + gathered
