@@ -72,6 +72,13 @@ WIDEST = {
         "batch": {"globalBatchSize": 14_414_400},
         "objective": {"maxGPUs": 1_000_000},
     },
+    "70B at 131,072 tokens (context parallelism searched), maxGPUs 1,000,000": {
+        "model": {"preset": "llama3-70b", "sequenceLength": 131_072},
+        "data": {"tokens": 1e12},
+        "batch": {"globalBatchSize": 14_414_400},
+        "objective": {"maxGPUs": 1_000_000},
+        "job": {"framework": "megatron"},
+    },
 }
 """The widest searches found; each stops at the layout budget with a PlanInputError."""
 
