@@ -246,6 +246,20 @@ GPU_SHAPES: Final = (
     ),
 )
 
+LONG_SHAPES: Final = (
+    # The 1.3B model at 8,192 and 16,384 tokens a sequence (`--long`): attention, which
+    # grows with the square of the length, takes a third and a half of the step; sized
+    # for one H200 (141 GB): activations about 3 MB a token without recompute.
+    replace(
+        _gpt("gpt-1.3b-seq8192", 24, 2048, 16, 1, steps=20, timeout_seconds=60.0),
+        sequence_length=8192,
+    ),
+    replace(
+        _gpt("gpt-1.3b-seq16384", 24, 2048, 16, 1, steps=15, timeout_seconds=70.0),
+        sequence_length=16384,
+    ),
+)
+
 TINY_SHAPES: Final = (
     Shape(
         name="tiny-gelu-tied",
@@ -923,6 +937,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--tiny", action="store_true", help="two tiny shapes, 5 steps (runs on CPU)"
     )
     parser.add_argument(
+        "--long",
+        action="store_true",
+        help="the 1.3B model at 8,192 and 16,384 tokens a sequence instead (one H200)",
+    )
+    parser.add_argument(
         "--budget-seconds",
         type=float,
         default=DEFAULT_BUDGET_SECONDS,
@@ -943,7 +962,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    shapes: tuple[Shape, ...] = TINY_SHAPES if args.tiny else GPU_SHAPES
+    shapes: tuple[Shape, ...] = (
+        TINY_SHAPES if args.tiny else LONG_SHAPES if args.long else GPU_SHAPES
+    )
     if args.only:
         names = {shape.name for shape in shapes}
         unknown = sorted(set(args.only) - names)
