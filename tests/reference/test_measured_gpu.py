@@ -56,7 +56,8 @@ def test_step_time_errors(measured: tuple[list[Comparison], float]) -> None:
 
 def test_long_sequences_are_priced_slow_on_hopper(catalog: Catalog) -> None:
     """The 1.3B model at 8,192 and 16,384 tokens on one H200: the planner prices its
-    attention core at the catalog's Hopper fused-attention efficiency (23% of the peak),
+    attention core at the catalog's fused-attention efficiency (23% of the peak, one
+    constant for every architecture),
     about half what PyTorch's kernel reached here (36-45%, BENCHMARKS.md), so it is slow
     by 15% and 38%: bounds of what the planner achieves, not goals."""
     document = load(DATA / "measured_reference_gpu_h200_long.json")
