@@ -193,12 +193,14 @@ def test_the_nvidia_smi_name_finds_the_gpu(catalog: Catalog, smi_name: str, name
     assert catalog.gpu(smi_name).name == name
 
 
-def test_only_the_gb200_has_an_nvlink_domain_beyond_its_node(catalog: Catalog) -> None:
-    # The NVL72 rack: 18 compute trays of 4 GPUs in one NVLink domain. An H200 NVL bridge
-    # group (2 or 4 cards) is smaller than a node, which the field cannot express.
+def test_nvlink_domains_other_than_the_node(catalog: Catalog) -> None:
+    # The NVL72 rack: 18 compute trays of 4 GPUs in one NVLink domain. H200 NVL cards: a
+    # 4-way bridge, the bridge groups of a node joined by PCIe Gen5 x16 (128 GB/s both ways).
     domains = {gpu.name: gpu.nvlink_domain_gpus for gpu in catalog.gpus}
     assert domains.pop("GB200-NVL72") == 72 == 18 * 4
+    assert domains.pop("H200-NVL-141GB") == 4
     assert set(domains.values()) == {None}
+    assert catalog.gpu("H200-NVL-141GB").pcie_bandwidth_bytes_per_second == 64e9
 
 
 @pytest.mark.parametrize("name", ["B200-SXM-180GB", "GB200-NVL72", "L40S"])

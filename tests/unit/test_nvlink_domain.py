@@ -46,3 +46,19 @@ def test_collectives_inside_the_domain_use_nvlink(catalog: Catalog) -> None:
     )
     assert "over NVLink across nodes (a 72-GPU NVLink domain)" in describe_layout(LAYOUT, rack)
     assert "8-way tensor parallelism across nodes" in describe_layout(LAYOUT, alone)
+
+
+def test_bridged_cards_use_pcie_between_their_bridge_groups(catalog: Catalog) -> None:
+    """H200 NVL: 4 cards a bridge, 8 a node. Tensor groups of 4 stay on the bridge;
+    groups of 8 cross PCIe, 64 GB/s a direction against the bridge's 450."""
+    nvl = Workload(
+        shape=SHAPE, gpu=catalog.gpu("H200-NVL-141GB"), gpus_per_node=8, global_batch_size=8
+    )
+    calibration = catalog.calibration
+    four = replace(LAYOUT, tensor=4, data=2)
+    eight = replace(LAYOUT, tensor=8, data=1)
+    assert tensor_comm_seconds_per_layer_pass(nvl, eight, calibration) > 3 * (
+        tensor_comm_seconds_per_layer_pass(nvl, four, calibration)
+    )
+    assert "over PCIe between its 4-GPU NVLink bridge groups" in describe_layout(eight, nvl)
+    assert "over NVLink inside a node" in describe_layout(four, nvl)

@@ -178,8 +178,12 @@ class GPUSpec:
     tdp_watts: float
     source: str
     nvlink_domain_gpus: int | None = None
-    """GPUs one NVLink domain (NVSwitch fabric) joins, when it spans nodes (72 in a GB200
-    NVL72 rack of 18 trays of 4); None: the node. Groups inside it use NVLink."""
+    """GPUs one NVLink domain joins when it is not the node: 72 in a GB200 NVL72 rack of 18
+    trays of 4 (groups inside it use NVLink across trays), 4 for H200 NVL cards' bridges
+    (a node's bridge groups talk over PCIe); None: the node."""
+    pcie_bandwidth_bytes_per_second: float | None = None
+    """The card's PCIe bandwidth, one direction: the path between NVLink bridge groups of
+    one node (`nvlink_domain_gpus` below the node)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.peak_flops, PeakFlopsTable):
@@ -330,6 +334,7 @@ class _GPUDocument(_Document):
     tdp_watts: PositiveFloat
     source: _Name
     nvlink_domain_gpus: int | None = Field(None, ge=1, le=100_000, alias="nvlinkDomainGPUs")
+    pcie_bandwidth_bytes_per_second: PositiveFloat | None = None
 
 
 class _ModelDocument(_Document):
@@ -482,6 +487,7 @@ def parse_gpus(gpus_yaml: str) -> tuple[GPUSpec, ...]:
             tdp_watts=g.tdp_watts,
             source=g.source,
             nvlink_domain_gpus=g.nvlink_domain_gpus,
+            pcie_bandwidth_bytes_per_second=g.pcie_bandwidth_bytes_per_second,
         )
         for g in parsed.gpus
     )

@@ -37,6 +37,9 @@ def describe_layout(layout: Layout, workload: Workload) -> str:
         link = f"over NVLink across nodes (a {workload.nvlink_domain_gpus}-GPU NVLink domain)"
     if workload.gpu.intra_node_link == "pcie" and t <= workload.gpus_per_node:
         link = "over PCIe inside a node"
+    bridge = workload.gpu.nvlink_domain_gpus
+    if bridge is not None and bridge < t <= workload.gpus_per_node:
+        link = f"inside a node, over PCIe between its {bridge}-GPU NVLink bridge groups"
     parts = []
     if t > 1:
         sp = " with sequence parallelism" if layout.sequence_parallel else ""

@@ -225,12 +225,17 @@ def collective_bandwidth_bytes_per_second(
 ) -> float:
     """Achieved per-GPU bandwidth of a collective over a group.
 
-    Inside one node: NVLink (or PCIe). Across nodes: the network ports of the group's
-    members in each node work in parallel (hierarchical rings, one per port), capped by
-    the intra-node link.
+    Inside one node: NVLink (or PCIe), or the card's PCIe where a node's members span
+    more than one NVLink bridge group (`GPUSpec.nvlink_domain_gpus` below the node).
+    Across nodes: the network ports of the group's members in each node work in parallel
+    (hierarchical rings, one per port), capped by the intra-node link.
     """
     gpu = workload.gpu
     intra = gpu.nvlink_bandwidth_bytes_per_second * calibration.nvlink_efficiency
+    bridge = gpu.nvlink_domain_gpus
+    pcie = gpu.pcie_bandwidth_bytes_per_second
+    if bridge is not None and pcie is not None and min(group_size, members_per_node) > bridge:
+        intra = pcie * calibration.nvlink_efficiency
     if group_size <= members_per_node:
         return intra
     inter = members_per_node * gpu.network_bandwidth_bytes_per_second
