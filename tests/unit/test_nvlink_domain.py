@@ -10,7 +10,11 @@ from trainplan.planner.explain import describe_layout
 from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.search import LayoutPins, tensor_degrees
 from trainplan.planner.shapes import ModelShape
-from trainplan.planner.steptime import data_comm_seconds, tensor_comm_seconds_per_layer_pass
+from trainplan.planner.steptime import (
+    data_comm_seconds,
+    pipeline_transfer_seconds,
+    tensor_comm_seconds_per_layer_pass,
+)
 
 SHAPE = ModelShape(80, 8192, 64, 8, 28672, True, 128256, 8192, False)
 LAYOUT = Layout(tensor=8, pipeline=1, data=9, micro_batch_size=1, accumulation_steps=1)
@@ -62,3 +66,19 @@ def test_bridged_cards_use_pcie_between_their_bridge_groups(catalog: Catalog) ->
     )
     assert "over PCIe between its 4-GPU NVLink bridge groups" in describe_layout(eight, nvl)
     assert "over NVLink inside a node" in describe_layout(four, nvl)
+
+
+def test_bridged_cards_send_between_bridge_groups_over_pcie(catalog: Catalog) -> None:
+    """Pipeline neighbours on an H200 NVL node: 3 ranks apart they share a bridge, 5 ranks
+    apart they cross PCIe (7x less bandwidth), 9 apart the network."""
+    nvl = Workload(
+        shape=SHAPE, gpu=catalog.gpu("H200-NVL-141GB"), gpus_per_node=8, global_batch_size=8
+    )
+    calibration = catalog.calibration
+
+    def transfer(tensor: int, data: int) -> float:
+        layout = replace(LAYOUT, tensor=tensor, data=data, pipeline=2)
+        return pipeline_transfer_seconds(nvl, layout, calibration) * tensor  # same bytes
+
+    bridge, pcie, network = transfer(1, 2), transfer(2, 2), transfer(4, 2)
+    assert bridge < pcie < network

@@ -103,6 +103,12 @@ def stage_adapter_parameter_count(workload: Workload, layout: Layout) -> float:
     return layers * lora_layer_parameter_count(workload.shape, workload.tuning) / layout.tensor
 
 
+def local_tokens(layout: Layout, shape: ModelShape) -> float:
+    """Tokens of one micro-batch on one GPU: its sequences' share under context
+    parallelism."""
+    return layout.micro_batch_size * shape.sequence_length / layout.context
+
+
 def activation_element_bytes(precision: Precision) -> int:
     """Bytes per stored activation element: 4 in fp32, else 2 (fp8 GEMMs keep bf16 I/O)."""
     return 4 if precision == "fp32" else 2
@@ -215,7 +221,7 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
     optimizer = trained * state.optimizer / (d if layout.zero_stage >= 1 else 1)
 
     # Context parallelism: each rank holds 1/context of every sequence's tokens.
-    tokens = layout.micro_batch_size * shape.sequence_length / layout.context
+    tokens = local_tokens(layout, shape)
     per_layer = checkpointed_layer_bytes_per_token(
         shape, layout, workload.precision, workload.attention
     )

@@ -31,6 +31,7 @@ from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.memory import (
     activation_element_bytes,
     frozen_weight_bytes_per_parameter,
+    local_tokens,
     stage_adapter_parameter_count,
     stage_parameter_count,
     state_bytes_per_parameter,
@@ -101,12 +102,6 @@ def _device(workload: Workload, calibration: Calibration, gemm_precision: str = 
     )
 
 
-def local_tokens(layout: Layout, shape: ModelShape) -> float:
-    """Tokens of one micro-batch on one GPU: its sequences' share under context
-    parallelism."""
-    return layout.micro_batch_size * shape.sequence_length / layout.context
-
-
 def gemm_seconds(device: _Device, m: float, n: float, k: float, element_bytes: int) -> float:
     """Forward time of an (m x k) by (k x n) matrix multiply: compute plus operand traffic."""
     flops = 2.0 * m * n * k
@@ -121,7 +116,7 @@ class LayerPassSeconds:
     forward_seconds: float
     attention_forward_seconds: float
     backward_seconds: float
-    attention_backward_seconds: float = 0.0
+    attention_backward_seconds: float
 
 
 def layer_pass_seconds(
@@ -304,14 +299,28 @@ def pipeline_transfer_seconds(
     shape = workload.shape
     tokens = local_tokens(layout, shape)
     size = tokens * shape.hidden_size * activation_element_bytes(workload.precision) / layout.tensor
-    same_node = layout.tensor * layout.replicas < workload.nvlink_domain_gpus
-    link = (
-        workload.gpu.nvlink_bandwidth_bytes_per_second * calibration.nvlink_efficiency
-        if same_node
-        else workload.gpu.network_bandwidth_bytes_per_second * calibration.network_efficiency
-    )
-    pair = communicator(workload, 2, 2 if same_node else 1, calibration)
-    return point_to_point_seconds(size, replace(pair, bandwidth_bytes_per_second=link))
+    return _pair_transfer_seconds(workload, size, layout.tensor * layout.replicas + 1, calibration)
+
+
+def _pair_transfer_seconds(
+    workload: Workload, size_bytes: float, span_gpus: int, calibration: Calibration
+) -> float:
+    """One point-to-point transfer between two ranks that lie within `span_gpus`
+    consecutive ranks: over NVLink when the span fits its reach (an NVLink bridge group,
+    the node or a larger NVLink domain), over the cards' PCIe between the bridge groups of
+    one node, else over the network."""
+    gpu = workload.gpu
+    bridge = gpu.nvlink_domain_gpus
+    pcie = gpu.pcie_bandwidth_bytes_per_second
+    inside = span_gpus <= workload.nvlink_domain_gpus
+    if not inside:
+        link = gpu.network_bandwidth_bytes_per_second * calibration.network_efficiency
+    elif bridge is not None and pcie is not None and span_gpus > bridge:
+        link = pcie * calibration.nvlink_efficiency
+    else:
+        link = gpu.nvlink_bandwidth_bytes_per_second * calibration.nvlink_efficiency
+    pair = communicator(workload, 2, 2 if inside else 1, calibration)
+    return point_to_point_seconds(size_bytes, replace(pair, bandwidth_bytes_per_second=link))
 
 
 def context_comm_seconds_per_layer_pass(
@@ -324,7 +333,8 @@ def context_comm_seconds_per_layer_pass(
     gradients), once more forward under full recompute, each overlapped with the attention
     core of the chunk in hand (Liu et al. 2023, arXiv 2310.01889, section 3; Megatron-LM's
     context parallelism overlaps them the same way); only what the core does not hide is
-    exposed. Neighbours share NVLink when the tensor x context group fits its reach.
+    exposed. The ring's neighbours lie within its tensor x context ranks
+    (`_pair_transfer_seconds`).
     """
     c = layout.context
     if c == 1:
@@ -338,14 +348,7 @@ def context_comm_seconds_per_layer_pass(
         * shape.head_dim
         * activation_element_bytes(workload.precision)
     )
-    inside = layout.tensor * c <= workload.nvlink_domain_gpus
-    link = (
-        workload.gpu.nvlink_bandwidth_bytes_per_second * calibration.nvlink_efficiency
-        if inside
-        else workload.gpu.network_bandwidth_bytes_per_second * calibration.network_efficiency
-    )
-    pair = communicator(workload, 2, 2 if inside else 1, calibration)
-    transfer = point_to_point_seconds(size, replace(pair, bandwidth_bytes_per_second=link))
+    transfer = _pair_transfer_seconds(workload, size, layout.tensor * c, calibration)
     forward = (c - 1) * transfer
     exposed = max(0.0, forward - layer.attention_forward_seconds) + max(
         0.0, 2 * forward - layer.attention_backward_seconds
