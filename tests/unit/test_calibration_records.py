@@ -251,3 +251,24 @@ def test_folded_checkpoint_rates_are_kept(catalog: Catalog) -> None:
     assert document["status"]["checkpointBytesPerSecond"] == pytest.approx(5e9)
     fit = cluster_evidence(ClusterCalibration.model_validate(document), catalog.calibration).fit
     assert fit.checkpoint_bytes_per_second == pytest.approx(5e9)
+
+
+def test_a_near_zero_checkpoint_time_cannot_overflow_the_rate(catalog: Catalog) -> None:
+    """A pod's checkpoint seconds are input: 1e-300 s for a 94 GB checkpoint is clamped to
+    the ClusterCalibration's bound, and the status stays valid."""
+    document = calibration(0)
+    added = CalibrationRecord(
+        plan="team-a/odd",
+        finished=NOW,
+        gpus=8,
+        planned_step_seconds=2.0,
+        measured_step_seconds=2.4,
+        gpu_hours=50.0,
+        checkpoint_seconds=1e-300,
+        checkpoint_bytes=9.4e10,
+    )
+    new = status_with_record(document, added, catalog.calibration, NOW)
+    assert new is not None
+    assert new["checkpointBytesPerSecond"] == 1.0e15
+    validator = validator_for(committed_crd("clustercalibrations"), "status")
+    assert list(validator.iter_errors(new)) == []

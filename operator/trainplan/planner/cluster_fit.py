@@ -67,6 +67,10 @@ MIN_RUN_SCATTER_LOG: Final = 0.01
 """The least scatter the fit believes, however alike the runs (1%)."""
 HUBER_C: Final = 2.0
 """Runs more than this many robust standard deviations from the median are down-weighted."""
+MAX_CHECKPOINT_BYTES_PER_SECOND: Final = 1.0e15
+"""The fastest checkpoint write rate a record counts (a petabyte a second, the
+ClusterCalibration's bound): a pod's checkpoint seconds are input, and a near-zero figure
+must not make the rate overflow."""
 PRIOR_INTERRUPTIONS: Final = 1.0
 """The fleet failure rate's weight as a prior, in interruptions (a weak prior: the first
 weeks of a large run outweigh it)."""
@@ -92,9 +96,12 @@ class RunRecord:
 
     @property
     def checkpoint_bytes_per_second(self) -> float | None:
-        """The run's checkpoint write rate; None unless it measured both figures."""
+        """The run's checkpoint write rate, at most `MAX_CHECKPOINT_BYTES_PER_SECOND`; None
+        unless it measured both figures."""
         if not self.checkpoint_bytes or not self.checkpoint_seconds:
             return None
+        if self.checkpoint_bytes >= self.checkpoint_seconds * MAX_CHECKPOINT_BYTES_PER_SECOND:
+            return MAX_CHECKPOINT_BYTES_PER_SECOND
         return self.checkpoint_bytes / self.checkpoint_seconds
 
     @property
