@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from trainplan.api import TrainingPlanSpec
-from trainplan.planner import Catalog, plan
+from trainplan.planner import Catalog, PlanInputError, plan
 from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.memory import estimate_memory
@@ -100,9 +100,6 @@ def test_a_long_context_plan_splits_its_sequences(catalog: Catalog) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"job": {"framework": "reference"}, "parallelism": {"context": 2}}, "reference splits"),
-        ({"job": {"framework": "deepspeed", "command": ["x"]}, "parallelism": {"context": 2}},
-         "deepspeed splits"),
         ({"model": {"preset": "llama3-8b", "sequenceLength": 1000}, "parallelism": {"context": 16}},
          "must be divisible by parallelism.context"),
         ({"parallelism": {"tensor": 1, "pipeline": 1, "data": 64, "context": 2}},
@@ -112,3 +109,22 @@ def test_a_long_context_plan_splits_its_sequences(catalog: Catalog) -> None:
 def test_context_pins_are_checked(change: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         TrainingPlanSpec.model_validate({**SPEC, **change})
+
+
+@pytest.mark.parametrize(
+    "job",
+    [{"framework": "reference"}, {"framework": "deepspeed", "command": ["python", "x.py"]}],
+)
+def test_a_framework_without_context_parallelism_refuses_the_pin(
+    job: dict[str, Any], catalog: Catalog
+) -> None:
+    spec = TrainingPlanSpec.model_validate({**SPEC, "job": job, "parallelism": {"context": 2}})
+    with pytest.raises(PlanInputError) as caught:
+        plan(spec, catalog)
+    assert list(caught.value.problems) == [
+        (
+            "parallelism.context",
+            f"job.framework {job['framework']} splits no sequence over ranks; use megatron or"
+            " torchtitan",
+        )
+    ]

@@ -711,11 +711,6 @@ class TrainingPlanSpec(ApiModel):
                 f"{names} ({degrees} = {tensor * context * pipeline * data}) "
                 f"must equal objective.gpus ({gpus})"
             )
-        if context > 1 and self.job.framework in ("reference", "deepspeed"):
-            problems.append(
-                f"parallelism.context {context}: {self.job.framework} splits no sequence over"
-                " ranks; use job.framework megatron or torchtitan"
-            )
         length = self.model.sequence_length
         if context > 1 and length is not None and length % context:
             problems.append(

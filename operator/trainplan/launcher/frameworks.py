@@ -52,6 +52,7 @@ from typing import Any, Final
 
 from trainplan.api import DEFAULT_COMMAND, Plan, TrainingPlanSpec
 from trainplan.launcher.errors import LauncherError
+from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.shapes import ModelShape
 from trainplan.planner.stages import stage_layers
 
@@ -362,7 +363,7 @@ def launch_for(
     """The program, arguments and config files of the spec's framework for this plan."""
     framework = spec.job.framework
     precision = spec.training.precision
-    if plan.layout.context > 1 and framework in ("reference", "deepspeed"):
+    if plan.layout.context > 1 and not FRAMEWORK_LIMITS[framework].context_parallel:
         raise LauncherError(
             [
                 (

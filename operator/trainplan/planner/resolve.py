@@ -131,6 +131,14 @@ def check_pins(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str
         )
     framework = spec.job.framework
     limits = FRAMEWORK_LIMITS[framework]
+    if par.context is not None and par.context > 1 and not limits.context_parallel:
+        problems.append(
+            (
+                "parallelism.context",
+                f"job.framework {framework} splits no sequence over ranks; use megatron or"
+                " torchtitan",
+            )
+        )
     if par.tensor is not None and all(path != "parallelism.tensor" for path, _ in problems):
         uneven = limits.tensor_problem(par.tensor, shape)
         if uneven is not None:
