@@ -46,8 +46,11 @@ def test_batching_raises_throughput_until_the_cache_is_full(catalog: Catalog) ->
     one, many = (
         price_replica(workload, parameters, LOAD, calibration, tensor=1, batch=b) for b in (1, 64)
     )
-    # Decoding one sequence reads all the weights for one token: memory-bound.
-    assert one.decode_step_seconds == pytest.approx(many.decode_step_seconds, rel=0.8)
+    # Decoding reads all the weights for every step: at least their read at the HBM peak,
+    # and 64 sequences cost less than twice one (memory-bound).
+    hbm = workload.gpu.hbm_bandwidth_bytes_per_second
+    assert one.decode_step_seconds > one.weights_bytes / hbm
+    assert many.decode_step_seconds < 2 * one.decode_step_seconds
     assert many.output_tokens_per_second > 20 * one.output_tokens_per_second
     huge = price_replica(workload, parameters, LOAD, calibration, tensor=1, batch=4096)
     assert not huge.fits

@@ -28,9 +28,6 @@ from trainplan.planner.shapes import ModelShape
 Method = Literal["pretrain", "full", "lora", "qlora"]
 LoraTargets = Literal["query-value", "attention", "all-linear"]
 
-METHODS: Final[tuple[Method, ...]] = ("pretrain", "full", "lora", "qlora")
-LORA_TARGETS: Final[tuple[LoraTargets, ...]] = ("query-value", "attention", "all-linear")
-
 NF4_BYTES_PER_PARAMETER: Final = (4 + 0.127) / 8
 """A QLoRA base weight: 4-bit NormalFloat plus 0.127 bits of double-quantized constants
 (Dettmers et al. 2023, section 3, "Double Quantization")."""
