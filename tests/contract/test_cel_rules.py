@@ -411,6 +411,7 @@ PINNED: Final = "deploy/examples/llama2-70b-pinned.yaml"
 V100: Final = "deploy/examples/v100-fp16.yaml"
 TORCHTITAN: Final = "deploy/examples/frameworks/torchtitan-llama3-8b.yaml"
 MEGATRON: Final = "deploy/examples/frameworks/megatron-llama2-7b.yaml"
+MIXTRAL: Final = "deploy/examples/frameworks/megatron-mixtral-8x7b.yaml"
 
 IMMUTABLE: Final = (
     "spec.model, spec.data and spec.batch cannot change once the plan has launched "
@@ -421,6 +422,13 @@ SHAPE: Final = (
     "give either preset or all of layers, hiddenSize, attentionHeads, vocabSize, sequenceLength",
     "spec.model",
 )
+STRAY_MOE: Final = (
+    "expertsPerToken, expertFfnHiddenSize, sharedExperts, sharedExpertFfnHiddenSize, "
+    "moeLayerInterval, firstDenseLayers need experts (a mixture-of-experts model)",
+    "spec.model",
+)
+TOP_K: Final = ("experts needs expertsPerToken (the top-k routing)", "spec.model")
+TOP_K_RANGE: Final = ("expertsPerToken must not exceed experts", "spec.model")
 ONE_AMOUNT: Final = ("give exactly one of tokens or samples", "spec.data")
 MICRO: Final = ("microBatchSize must not exceed globalBatchSize and must divide it", "spec.batch")
 GPUS_OR_DEADLINE: Final = (
@@ -468,6 +476,42 @@ CASES: Final[Mapping[tuple[str, str, str], tuple[Case, ...]]] = {
         Case("no preset, no shape", TINY, {"spec.model": {"gatedMLP": True}},
              refused=SHAPE, model=SHAPE),
         Case("preset with an override", TINY, {"spec.model.layers": 4}),
+    ),
+    (
+        "trainingplans",
+        ".spec.model",
+        "has(self.preset) || has(self.experts) || !(has(self.expertsPerToken) || "
+        "has(self.expertFfnHiddenSize) || has(self.sharedExperts) || "
+        "has(self.sharedExpertFfnHiddenSize) || has(self.moeLayerInterval) || "
+        "has(self.firstDenseLayers))",
+    ): (
+        Case("expertsPerToken on a dense shape", V100, {"spec.model.expertsPerToken": 2},
+             refused=STRAY_MOE, model=("expertsPerToken need experts", "spec.model")),
+        Case("firstDenseLayers on a dense shape", V100, {"spec.model.firstDenseLayers": 1},
+             refused=STRAY_MOE, model=("firstDenseLayers need experts", "spec.model")),
+        Case("an MoE shape", V100, {"spec.model.experts": 8, "spec.model.expertsPerToken": 2}),
+        Case("a preset's MoE field overridden", MIXTRAL, {"spec.model.expertsPerToken": 1}),
+    ),
+    (
+        "trainingplans",
+        ".spec.model",
+        "has(self.preset) || !has(self.experts) || has(self.expertsPerToken)",
+    ): (
+        Case("experts without top-k", V100, {"spec.model.experts": 8},
+             refused=TOP_K, model=("experts needs expertsPerToken", "spec.model")),
+        Case("a preset's expert count overridden", MIXTRAL, {"spec.model.experts": 16}),
+    ),
+    (
+        "trainingplans",
+        ".spec.model",
+        "!has(self.experts) || !has(self.expertsPerToken) || "
+        "self.expertsPerToken <= self.experts",
+    ): (
+        Case("top-k above the experts", V100,
+             {"spec.model.experts": 8, "spec.model.expertsPerToken": 9}, refused=TOP_K_RANGE,
+             model=("expertsPerToken (9) must not exceed experts (8)", "spec.model")),
+        Case("top-k equal to the experts", V100,
+             {"spec.model.experts": 8, "spec.model.expertsPerToken": 8}),
     ),
     ("trainingplans", ".spec.data", "has(self.tokens) != has(self.samples)"): (
         Case("tokens and samples", TINY, {"spec.data.tokens": 1.0e6},

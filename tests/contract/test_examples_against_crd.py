@@ -271,8 +271,11 @@ def full_status() -> TrainingPlanStatus:
             _condition(kind, "True" if index % 2 == 0 else "False", "Observed", index)
             for index, kind in enumerate(ConditionType)
         ),
-        # A LoRA plan's field too, on this pre-training plan: the schema, not the numbers.
-        plan=chosen.model_copy(update={"trainable_parameters": 262_144_000}),
+        # A LoRA plan's and an MoE plan's fields too, on this dense pre-training plan: the
+        # schema, not the numbers.
+        plan=chosen.model_copy(
+            update={"trainable_parameters": 262_144_000, "active_parameters": 1_300_000_000}
+        ),
         gpus=chosen.gpus,
         layout=f"TP{layout.tensor} PP{layout.pipeline} DP{layout.data}",
         job_name="llama2-70b-pinned",

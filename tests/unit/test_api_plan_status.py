@@ -65,12 +65,14 @@ DESIGN_STEP_KEYS = {
 DESIGN_RELIABILITY_KEYS = {"expectedInterruptions", "checkpointIntervalSteps", "restartSeconds"}
 ADDED_PLAN_KEYS = {
     "parameters", "stepSecondsRange", "durationSecondsRange", "gpuHoursRange", "calibration",
-    "trainableParameters",
+    "trainableParameters", "activeParameters",
 }  # fmt: skip
 """Optional: plans stored before it was added lack it."""
-ADDED_LAYOUT_KEYS = {"virtualPipelineStages", "sequenceParallel", "context"}
+ADDED_LAYOUT_KEYS = {
+    "virtualPipelineStages", "sequenceParallel", "context", "expert", "expertTensor",
+}  # fmt: skip
 ADDED_MEMORY_KEYS = {"logitsBytes"}
-ADDED_STEP_KEYS = {"pipelineCommSeconds", "contextCommSeconds"}
+ADDED_STEP_KEYS = {"pipelineCommSeconds", "contextCommSeconds", "expertCommSeconds"}
 ADDED_RELIABILITY_KEYS = {
     "checkpointSeconds", "checkpointBytes", "meanSecondsBetweenInterruptions", "lostWorkSeconds",
 }  # fmt: skip
@@ -95,6 +97,8 @@ def layout(**changes: Any) -> dict[str, Any]:
         "virtualPipelineStages": 1,
         "sequenceParallel": True,
         "context": 1,
+        "expert": 1,
+        "expertTensor": 1,
     } | changes
 
 
@@ -121,6 +125,7 @@ def plan_document() -> dict[str, Any]:
             "computeSeconds": 2.0,
             "tensorCommSeconds": 0.2,
             "contextCommSeconds": 0.0,
+            "expertCommSeconds": 0.0,
             "dataCommSeconds": 0.1,
             "pipelineBubbleSeconds": 0.1,
             "pipelineCommSeconds": 0.05,

@@ -286,14 +286,15 @@ def test_deadline_seconds() -> None:
 @pytest.mark.parametrize(
     "model",
     [
-        {"preset": "mixtral-8x7b", "experts": 8},
-        {"preset": "llama2-7b", "numExperts": 8, "expertsPerToken": 2},
+        {"preset": "llama2-7b", "numExperts": 8, "topK": 2},
         {"preset": "llama2-7b", "imageSize": 224},
+        {"preset": "llama2-7b", "encoderLayers": 12},
     ],
 )
 def test_a_model_field_the_planner_lacks_says_what_it_supports(model: dict[str, Any]) -> None:
-    """MoE, vision or encoder-only fields: each unknown field is named, with the sentence
-    saying which models the planner can express; also below a resource's spec."""
+    """Vision or encoder-only fields, or MoE fields under other names: each unknown field
+    is named, with the sentence saying which models the planner can express (experts and
+    expertsPerToken among them); also below a resource's spec."""
     extra = set(model) - {"preset"}
     with pytest.raises(ValidationError) as caught:
         TrainingPlanSpec.model_validate(minimal_spec() | {"model": model})
@@ -301,7 +302,8 @@ def test_a_model_field_the_planner_lacks_says_what_it_supports(model: dict[str, 
     assert {line.split(":")[0] for line in lines} == {f"model.{name}" for name in extra}
     for line in lines:
         assert "Extra inputs are not permitted" in line
-        assert "dense decoder-only transformer language models" in line
+        assert "decoder-only transformer language models, dense or mixture-of-experts" in line
+        assert "experts and expertsPerToken" in line
     with pytest.raises(ValidationError) as nested:
         TrainingPlan.model_validate(
             {

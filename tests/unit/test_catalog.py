@@ -70,6 +70,22 @@ MODEL_NAMES = (
     "megatron-1t",
     "tiny",
 )
+MOE_MODEL_NAMES = (
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "dbrx",
+    "grok-1",
+    "olmoe-1b-7b",
+    "qwen1.5-moe-a2.7b",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
+    "llama4-scout",
+    "llama4-maverick",
+    "deepseek-v2-lite",
+    "deepseek-v2",
+    "deepseek-v3",
+)
+"""Mixture-of-experts presets (some with declared head widths or latent attention)."""
 
 GiB = 2**30
 
@@ -110,7 +126,7 @@ models:
 
 def test_packaged_catalog_loads(catalog: Catalog) -> None:
     assert catalog.gpu_names() == GPU_NAMES
-    assert catalog.model_names() == MODEL_NAMES
+    assert catalog.model_names() == MODEL_NAMES + MOE_MODEL_NAMES
 
 
 @pytest.mark.parametrize("name", GPU_NAMES)
@@ -184,11 +200,11 @@ def test_unknown_model_suggests_the_closest(catalog: Catalog) -> None:
 
 def test_an_unknown_model_preset_says_what_the_planner_supports(catalog: Catalog) -> None:
     with pytest.raises(UnknownModelError) as caught:
-        catalog.model("mixtral-8x7b")
+        catalog.model("vit-huge")
     message = str(caught.value)
     assert "known: llama-7b, " in message
-    assert "dense decoder-only transformer language models" in message
-    assert "mixture-of-experts, vision and encoder-only models are not supported" in message
+    assert "decoder-only transformer language models, dense or mixture-of-experts" in message
+    assert "vision and encoder-only models are not supported" in message
     assert str(pickle.loads(pickle.dumps(caught.value))) == message
 
 

@@ -78,6 +78,8 @@ LAYOUT_KEYS = {
     "virtualPipelineStages",
     "sequenceParallel",
     "context",
+    "expert",
+    "expertTensor",
 }
 MEMORY_KEYS = {
     "capacityBytes",
@@ -93,6 +95,7 @@ STEP_BREAKDOWN_KEYS = {
     "computeSeconds",
     "tensorCommSeconds",
     "contextCommSeconds",
+    "expertCommSeconds",
     "dataCommSeconds",
     "pipelineBubbleSeconds",
     "pipelineCommSeconds",

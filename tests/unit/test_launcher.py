@@ -396,6 +396,8 @@ def test_environment_values_equal_the_plan(catalog: Catalog) -> None:
         "TRAINPLAN_PIPELINE_PARALLEL": "2",
         "TRAINPLAN_DATA_PARALLEL": str(layout.data),
         "TRAINPLAN_CONTEXT_PARALLEL": "1",
+        "TRAINPLAN_EXPERT_PARALLEL": "1",
+        "TRAINPLAN_EXPERT_TENSOR_PARALLEL": "1",
         "TRAINPLAN_VIRTUAL_PIPELINE_STAGES": "2",
         "TRAINPLAN_SEQUENCE_PARALLEL": "true" if layout.sequence_parallel else "false",
         "TRAINPLAN_ZERO_STAGE": str(layout.zero_stage),

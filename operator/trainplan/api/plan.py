@@ -34,6 +34,12 @@ class PlanLayout(ApiModel):
     context: int = Field(
         1, ge=1, description="Context-parallel degree: ranks each sequence is split over."
     )
+    expert: int = Field(
+        1, ge=1, description="Expert-parallel degree: ranks each layer's experts are split over."
+    )
+    expert_tensor: int = Field(
+        1, ge=1, description="Expert-tensor-parallel degree: ranks each expert is split over."
+    )
 
     @property
     def gpus(self) -> int:
@@ -58,6 +64,8 @@ class PlanLayout(ApiModel):
         if self.context > 1:
             words.append(f"CP{self.context}")
         words += [f"PP{self.pipeline}", f"DP{self.data}"]
+        if self.expert > 1:
+            words.append(f"EP{self.expert}")
         if self.virtual_pipeline_stages > 1:
             words.append(f"v{self.virtual_pipeline_stages}")
         return " ".join(words)
@@ -85,6 +93,9 @@ class StepBreakdown(ApiModel):
     tensor_comm_seconds: float = Field(ge=0, description="Tensor-parallel collectives.")
     context_comm_seconds: float = Field(
         0.0, ge=0, description="Context parallelism's key/value ring exchange not overlapped."
+    )
+    expert_comm_seconds: float = Field(
+        0.0, ge=0, description="The experts' all-to-all token dispatch and combine."
     )
     data_comm_seconds: float = Field(
         ge=0, description="Data-parallel gradient reduction (and ZeRO gathers) not overlapped."
@@ -190,6 +201,11 @@ class Plan(ApiModel):
         None,
         ge=0,
         description="Parameters that train: the LoRA adapters of a lora or qlora fine-tune.",
+    )
+    active_parameters: int | None = Field(
+        None,
+        ge=0,
+        description="Parameters one token passes through (mixture-of-experts models).",
     )
     flops_per_step: float = Field(ge=0, description="Model FLOPs per optimizer step.")
     step_seconds: float = Field(ge=0, description="Seconds per optimizer step.")

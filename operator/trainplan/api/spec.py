@@ -23,9 +23,10 @@ PYTHON_NAMES: Final = frozenset({"python", "python3"})
 """Interpreters whose command torchrun runs itself (`python -m m` becomes `-m m`)."""
 
 SUPPORTED_MODELS: Final = (
-    "the planner models dense decoder-only transformer language models (GPT- and "
-    "Llama-style: a preset, or layers, hiddenSize, attentionHeads, vocabSize and "
-    "sequenceLength); mixture-of-experts, vision and encoder-only models are not supported"
+    "the planner models decoder-only transformer language models, dense or mixture-of-experts"
+    " (GPT-, Llama-, Mixtral- and DeepSeek-style: a preset, or layers, hiddenSize,"
+    " attentionHeads, vocabSize and sequenceLength, with experts and expertsPerToken for"
+    " MoE); vision and encoder-only models are not supported"
 )
 """The sentence that errors about a model the planner cannot express end with."""
 
@@ -57,6 +58,35 @@ _NETWORK_GBPS_MAX: Final = 100_000.0
 """Cap on a node's network, in Gb/s (100 Tb/s: an order of magnitude above today's nodes)."""
 """GPU counts and parallel degrees: at most a million."""
 _WEEK_SECONDS = 7 * 86_400.0
+
+
+MOE_FIELDS: Final = (
+    "expertsPerToken",
+    "expertFfnHiddenSize",
+    "sharedExperts",
+    "sharedExpertFfnHiddenSize",
+    "moeLayerInterval",
+    "firstDenseLayers",
+)
+_EXPERTS_MAX: Final = 1 << 16
+"""Routed experts per layer: at most 65,536 (published models have up to 384)."""
+
+
+class LatentAttentionSpec(ApiModel):
+    """Multi-head latent attention (DeepSeek-V2/V3): keys and values rebuilt per head from
+    a shared latent."""
+
+    kv_rank: int = Field(ge=1, le=_WIDTH_MAX, description="Key-value latent width (kv_lora_rank).")
+    query_rank: int = Field(
+        0, ge=0, le=_WIDTH_MAX, description="Query latent width (q_lora_rank); 0: none."
+    )
+    rope_head_dim: int = Field(
+        ge=1, le=_WIDTH_MAX, description="Rotary part of each query and key head."
+    )
+    no_rope_head_dim: int = Field(
+        ge=1, le=_WIDTH_MAX, description="Non-rotary part of each query and key head."
+    )
+    value_head_dim: int = Field(ge=1, le=_WIDTH_MAX, description="Width of each value head.")
 
 
 class ModelSpec(ApiModel):
@@ -100,6 +130,67 @@ class ModelSpec(ApiModel):
     tied_embeddings: bool | None = Field(
         None, description="Input embedding and output layer share their weights."
     )
+    head_dim: int | None = Field(
+        None,
+        ge=1,
+        le=_WIDTH_MAX,
+        description="Width of one attention head; default hiddenSize / attentionHeads.",
+    )
+    experts: int | None = Field(
+        None,
+        ge=1,
+        le=_EXPERTS_MAX,
+        description="Routed experts per mixture-of-experts layer; absent: a dense model.",
+    )
+    experts_per_token: int | None = Field(
+        None, ge=1, le=_EXPERTS_MAX, description="Experts each token is routed to (top-k)."
+    )
+    expert_ffn_hidden_size: int | None = Field(
+        None, ge=1, le=_WIDTH_MAX, description="Inner width of one expert; default ffnHiddenSize."
+    )
+    shared_experts: int | None = Field(
+        None, ge=0, le=_EXPERTS_MAX, description="Experts every token passes through; default 0."
+    )
+    shared_expert_ffn_hidden_size: int | None = Field(
+        None,
+        ge=1,
+        le=_WIDTH_MAX,
+        description="Inner width of the shared experts together; default sharedExperts x"
+        " expertFfnHiddenSize.",
+    )
+    moe_layer_interval: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="Every n-th layer is mixture-of-experts (after firstDenseLayers); default 1.",
+    )
+    first_dense_layers: int | None = Field(
+        None, ge=0, le=100_000, description="Leading layers that stay dense; default 0."
+    )
+    latent_attention: LatentAttentionSpec | None = Field(
+        None, description="Multi-head latent attention (DeepSeek-V2/V3) instead of GQA."
+    )
+
+    @model_validator(mode="after")
+    def _check_experts(self) -> Self:
+        given = {
+            "expertsPerToken": self.experts_per_token,
+            "expertFfnHiddenSize": self.expert_ffn_hidden_size,
+            "sharedExperts": self.shared_experts,
+            "sharedExpertFfnHiddenSize": self.shared_expert_ffn_hidden_size,
+            "moeLayerInterval": self.moe_layer_interval,
+            "firstDenseLayers": self.first_dense_layers,
+        }
+        if self.preset is None and self.experts is None:
+            stray = [name for name in MOE_FIELDS if given[name] is not None]
+            if stray:
+                raise ValueError(f"{', '.join(stray)} need experts (a mixture-of-experts model)")
+        if self.preset is None and self.experts is not None and self.experts_per_token is None:
+            raise ValueError("experts needs expertsPerToken (the top-k routing)")
+        top_k = self.experts_per_token
+        if top_k is not None and self.experts is not None and top_k > self.experts:
+            raise ValueError(f"expertsPerToken ({top_k}) must not exceed experts ({self.experts})")
+        return self
 
     @model_validator(mode="after")
     def _check_shape(self) -> Self:
@@ -120,7 +211,12 @@ class ModelSpec(ApiModel):
                     + ", ".join(missing)
                 )
         heads = self.attention_heads
-        if heads is not None and self.hidden_size is not None and self.hidden_size % heads:
+        if (
+            heads is not None
+            and self.head_dim is None
+            and self.hidden_size is not None
+            and self.hidden_size % heads
+        ):
             raise ValueError(
                 f"hiddenSize ({self.hidden_size}) must be divisible by attentionHeads ({heads})"
             )
@@ -282,6 +378,21 @@ class ParallelismSpec(ApiModel):
             " megatron and torchtitan). Searched for sequences of 32,768 tokens or more."
         ),
     )
+    expert: int | None = Field(
+        None,
+        ge=1,
+        le=_EXPERTS_MAX,
+        description=(
+            "Expert-parallel degree: ranks each layer's routed experts are split over, within"
+            " the tensor x context x data ranks (mixture-of-experts models)."
+        ),
+    )
+    expert_tensor: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Expert-tensor-parallel degree: ranks each expert is split over; default 1.",
+    )
     virtual_pipeline_stages: int | None = Field(
         None,
         ge=1,
@@ -344,6 +455,15 @@ class TrainingSpec(ApiModel):
         description=(
             "Attention kernel: flash (fused, IO-aware, never materialises the score matrix) "
             "or standard (materialised scores and softmax, as in Megatron-LM before 2022)."
+        ),
+    )
+    expert_capacity_factor: float | None = Field(
+        None,
+        ge=0.1,
+        le=1024,
+        description=(
+            "Tokens an expert takes, as a multiple of an even share (tokens beyond it are"
+            " dropped); absent: dropless routing (mixture-of-experts models)."
         ),
     )
 

@@ -27,6 +27,7 @@ from trainplan.api import (
     GPU_BUDGET_KIND,
     GPU_BUDGET_PLURAL,
     GROUP,
+    MOE_FIELDS,
     TRAINING_PLAN_KIND,
     TRAINING_PLAN_PLURAL,
     TRAINING_PLAN_SHORT_NAMES,
@@ -159,6 +160,22 @@ _TRAINING_PLAN_SPEC_RULES: Final[Mapping[tuple[str, ...], tuple[dict[str, str], 
             "give either preset or all of layers, hiddenSize, attentionHeads, vocabSize, "
             "sequenceLength",
             reason="FieldValueRequired",
+        ),
+        _rule(
+            "has(self.preset) || has(self.experts) || !("
+            + " || ".join(f"has(self.{name})" for name in MOE_FIELDS)
+            + ")",
+            f"{', '.join(MOE_FIELDS)} need experts (a mixture-of-experts model)",
+        ),
+        _rule(
+            "has(self.preset) || !has(self.experts) || has(self.expertsPerToken)",
+            "experts needs expertsPerToken (the top-k routing)",
+            reason="FieldValueRequired",
+        ),
+        _rule(
+            "!has(self.experts) || !has(self.expertsPerToken) || "
+            "self.expertsPerToken <= self.experts",
+            "expertsPerToken must not exceed experts",
         ),
     ),
     ("data",): (

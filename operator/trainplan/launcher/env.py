@@ -19,6 +19,8 @@ Values are strings, as environment variables are: integers in decimal, booleans 
 | `TRAINPLAN_PIPELINE_PARALLEL` | `layout.pipeline` |
 | `TRAINPLAN_DATA_PARALLEL` | `layout.data` |
 | `TRAINPLAN_CONTEXT_PARALLEL` | `layout.context`, ranks each sequence is split over |
+| `TRAINPLAN_EXPERT_PARALLEL` | `layout.expert`, ranks each MoE layer's experts are split over |
+| `TRAINPLAN_EXPERT_TENSOR_PARALLEL` | `layout.expertTensor`, ranks each expert is split over |
 | `TRAINPLAN_VIRTUAL_PIPELINE_STAGES` | `layout.virtualPipelineStages`, chunks per pipeline rank |
 | `TRAINPLAN_SEQUENCE_PARALLEL` | `layout.sequenceParallel`, `true` or `false` |
 | `TRAINPLAN_ZERO_STAGE` | `layout.zeroStage`, 0..3 |
@@ -79,6 +81,8 @@ TENSOR_PARALLEL: Final = "TRAINPLAN_TENSOR_PARALLEL"
 PIPELINE_PARALLEL: Final = "TRAINPLAN_PIPELINE_PARALLEL"
 DATA_PARALLEL: Final = "TRAINPLAN_DATA_PARALLEL"
 CONTEXT_PARALLEL: Final = "TRAINPLAN_CONTEXT_PARALLEL"
+EXPERT_PARALLEL: Final = "TRAINPLAN_EXPERT_PARALLEL"
+EXPERT_TENSOR_PARALLEL: Final = "TRAINPLAN_EXPERT_TENSOR_PARALLEL"
 VIRTUAL_PIPELINE_STAGES: Final = "TRAINPLAN_VIRTUAL_PIPELINE_STAGES"
 SEQUENCE_PARALLEL: Final = "TRAINPLAN_SEQUENCE_PARALLEL"
 ZERO_STAGE: Final = "TRAINPLAN_ZERO_STAGE"
@@ -111,6 +115,8 @@ NAMES: Final = (
     PIPELINE_PARALLEL,
     DATA_PARALLEL,
     CONTEXT_PARALLEL,
+    EXPERT_PARALLEL,
+    EXPERT_TENSOR_PARALLEL,
     VIRTUAL_PIPELINE_STAGES,
     SEQUENCE_PARALLEL,
     ZERO_STAGE,

@@ -20,6 +20,19 @@ flag wins, so they can override them).
 - Context parallelism (`layout.context` > 1): Megatron-LM's `--context-parallel-size`,
   torchtitan's `--parallelism.context_parallel_degree`; refused for `reference` and
   `deepspeed`.
+- Mixture-of-experts (`model.experts`): Megatron-LM's `--num-experts`,
+  `--moe-router-topk`, `--moe-ffn-hidden-size`, `--moe-shared-expert-intermediate-size`,
+  `--moe-layer-freq` (a 0/1 list per layer), `--expert-model-parallel-size`,
+  `--expert-tensor-parallel-size`, the all-to-all dispatcher with grouped GEMMs, an
+  expert capacity factor when set, and `--overlap-moe-expert-parallel-comm
+  --delay-wgrad-compute` where the plan priced that overlap (experts split, no pipeline
+  or an interleaved one); latent attention as `--multi-latent-attention` with its ranks
+  and head widths, a declared head width as `--kv-channels` (flag names as in
+  Megatron-LM core_v0.19.0). torchtitan's `--parallelism.expert_parallel_degree` and
+  `--parallelism.expert_tensor_parallel_degree` (torchtitan v0.2.0, which runs expert
+  tensor degree 1 or the tensor degree only; the model's experts come from its
+  `--model.name`). DeepSpeed's expert degree is set in the user's model code, so its plan
+  keeps every expert on every rank; the reference trainer has no experts.
 - `torchtitan`: `python -m torchtitan.train` with `JobConfig` overrides as named in
   torchtitan v0.1.0 (torchtitan/config_manager.py at that tag, June 2025; uneven pipeline
   stages as `pipeline_parallel_split_points`): `--parallelism.*`,
@@ -135,7 +148,11 @@ def _uneven_split(shape: ModelShape, pipeline: int) -> tuple[int, ...] | None:
 
 
 def megatron_arguments(
-    plan: Plan, shape: ModelShape, precision: str, checkpoint_dir: str
+    plan: Plan,
+    shape: ModelShape,
+    precision: str,
+    checkpoint_dir: str,
+    expert_capacity_factor: float | None = None,
 ) -> tuple[str, ...]:
     """Megatron-LM `pretrain_gpt.py` flags for the plan; LauncherError for ZeRO-2/3."""
     layout = plan.layout
@@ -203,6 +220,8 @@ def megatron_arguments(
         args.append("--swiglu")
     if not shape.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
+    args += _megatron_attention_arguments(shape)
+    args += _megatron_expert_arguments(plan, shape, expert_capacity_factor)
     args += [
         *_flag("--seq-length", shape.sequence_length),
         *_flag("--max-position-embeddings", shape.sequence_length),
@@ -211,6 +230,67 @@ def megatron_arguments(
         *_flag("--save-interval", plan.reliability.checkpoint_interval_steps),
     ]
     return tuple(args)
+
+
+def _megatron_attention_arguments(shape: ModelShape) -> list[str]:
+    """A declared head width, and latent attention's ranks and head widths."""
+    args: list[str] = []
+    latent = shape.latent_attention
+    if latent is not None:
+        args += [
+            "--multi-latent-attention",
+            *_flag("--kv-lora-rank", latent.kv_rank),
+            *(_flag("--q-lora-rank", latent.query_rank) if latent.query_rank else ()),
+            *_flag("--qk-head-dim", latent.no_rope_head_dim),
+            *_flag("--qk-pos-emb-head-dim", latent.rope_head_dim),
+            *_flag("--v-head-dim", latent.value_head_dim),
+        ]
+    elif shape.declared_head_dim is not None:
+        args += _flag("--kv-channels", shape.declared_head_dim)
+    return args
+
+
+def moe_layer_pattern(shape: ModelShape) -> list[int]:
+    """1 for each MoE layer, 0 for each dense one (`shapes.Experts.moe_layer_count`'s
+    rule: from the first dense layers on, every layer_interval-th)."""
+    experts = shape.experts
+    if experts is None:
+        return [0] * shape.layers
+    return [
+        int(i >= experts.first_dense_layers and (i + 1) % experts.layer_interval == 0)
+        for i in range(shape.layers)
+    ]
+
+
+def _megatron_expert_arguments(
+    plan: Plan, shape: ModelShape, capacity_factor: float | None
+) -> list[str]:
+    """The experts, their routing and their parallel degrees."""
+    experts = shape.experts
+    if experts is None:
+        return []
+    layout = plan.layout
+    args = [
+        *_flag("--num-experts", experts.routed),
+        *_flag("--moe-router-topk", experts.per_token),
+        *_flag("--moe-ffn-hidden-size", experts.ffn_hidden_size),
+    ]
+    if experts.shared_width:
+        args += _flag("--moe-shared-expert-intermediate-size", experts.shared_width)
+    if experts.layer_interval > 1 or experts.first_dense_layers:
+        pattern = ",".join(str(bit) for bit in moe_layer_pattern(shape))
+        args += _flag("--moe-layer-freq", f"[{pattern}]")
+    args += [
+        *_flag("--expert-model-parallel-size", layout.expert),
+        *_flag("--expert-tensor-parallel-size", layout.expert_tensor),
+        *_flag("--moe-token-dispatcher-type", "alltoall"),
+        "--moe-grouped-gemm",
+    ]
+    if capacity_factor is not None:
+        args += _flag("--moe-expert-capacity-factor", f"{capacity_factor:g}")
+    if layout.expert > 1 and (layout.pipeline == 1 or layout.virtual_pipeline_stages > 1):
+        args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+    return args
 
 
 def torchtitan_arguments(
@@ -251,6 +331,11 @@ def torchtitan_arguments(
         ),
         *_flag("--parallelism.pipeline_parallel_degree", layout.pipeline),
     ]
+    if shape.experts is not None:
+        args += [
+            *_flag("--parallelism.expert_parallel_degree", layout.expert),
+            *_flag("--parallelism.expert_tensor_parallel_degree", layout.expert_tensor),
+        ]
     if layout.pipeline > 1:
         stages = layout.pipeline * layout.virtual_pipeline_stages
         schedule = "Interleaved1F1B" if layout.virtual_pipeline_stages > 1 else "1F1B"
@@ -352,6 +437,38 @@ def deepspeed_config(plan: Plan, precision: str, layers: int) -> dict[str, Any]:
     return config
 
 
+def _check_experts(framework: str, plan: Plan, shape: ModelShape) -> None:
+    """LauncherError when the framework cannot run the plan's experts as laid out."""
+    layout = plan.layout
+    limits = FRAMEWORK_LIMITS[framework]
+    problems: list[tuple[str, str]] = []
+    if shape.experts is not None and not limits.experts:
+        problems.append(
+            (
+                "job.framework",
+                f"{framework} runs no mixture-of-experts model; use megatron or torchtitan",
+            )
+        )
+    elif max(layout.expert, layout.expert_tensor) > 1 and not limits.expert_parallel:
+        problems.append(
+            (
+                "parallelism.expert",
+                f"{framework} places no expert parallelism (its expert degree lives in the"
+                " model code); use megatron or torchtitan, or pin parallelism.expert to 1",
+            )
+        )
+    if framework == "torchtitan" and layout.expert_tensor not in (1, layout.tensor):
+        problems.append(
+            (
+                "parallelism.expertTensor",
+                f"torchtitan splits experts over 1 or the tensor degree ({layout.tensor}) ranks,"
+                f" not {layout.expert_tensor}",
+            )
+        )
+    if problems:
+        raise LauncherError(problems)
+
+
 def deepspeed_arguments(config_path: str) -> tuple[str, ...]:
     """The flags of `deepspeed.add_config_arguments` that name the config file."""
     return ("--deepspeed", "--deepspeed_config", config_path)
@@ -385,10 +502,13 @@ def launch_for(
                 )
             ]
         )
+    _check_experts(framework, plan, shape)
     program = _program(spec)
     user_args = tuple(spec.job.args)
     if framework == "megatron":
-        generated = megatron_arguments(plan, shape, precision, checkpoint_dir)
+        generated = megatron_arguments(
+            plan, shape, precision, checkpoint_dir, spec.training.expert_capacity_factor
+        )
         return Launch(program, generated + user_args)
     if framework == "torchtitan":
         generated = torchtitan_arguments(plan, shape, precision, checkpoint_dir)

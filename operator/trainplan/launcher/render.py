@@ -86,7 +86,7 @@ from trainplan.launcher.names import (
 )
 from trainplan.launcher.podtemplate import overlay
 from trainplan.planner.catalog import Catalog, GPUSpec
-from trainplan.planner.resolve import resolve_shape
+from trainplan.planner.resolve import resolve_model, resolve_shape
 from trainplan.planner.shapes import ModelShape
 
 RENDEZVOUS_PORT: Final = 29500
@@ -214,26 +214,11 @@ def _bool(value: bool) -> str:
 
 def shape_from_spec(spec: TrainingPlanSpec) -> ModelShape | None:
     """The model shape of a spec that spells it out (no preset), with the planner's
-    defaults (kvHeads = attentionHeads, ffnHiddenSize = 4 x hiddenSize, no gated MLP,
-    untied embeddings); None when it names a preset, which needs the catalog."""
-    model = spec.model
-    if model.preset is not None:
+    defaults (`planner.resolve.resolve_model`); None when it names a preset, which needs
+    the catalog."""
+    if spec.model.preset is not None:
         return None
-    layers, hidden, heads = model.layers, model.hidden_size, model.attention_heads
-    vocab, sequence = model.vocab_size, model.sequence_length
-    if layers is None or hidden is None or heads is None or vocab is None or sequence is None:
-        return None  # the API rejects such a spec; kept for the type checker
-    return ModelShape(
-        layers=layers,
-        hidden_size=hidden,
-        attention_heads=heads,
-        kv_heads=model.kv_heads if model.kv_heads is not None else heads,
-        ffn_hidden_size=model.ffn_hidden_size if model.ffn_hidden_size is not None else 4 * hidden,
-        gated_mlp=bool(model.gated_mlp),
-        vocab_size=vocab,
-        sequence_length=sequence,
-        tied_embeddings=bool(model.tied_embeddings),
-    )
+    return resolve_model(spec.model, None)[0]
 
 
 def _adapter_environment(spec: TrainingPlanSpec) -> dict[str, str]:
@@ -259,6 +244,8 @@ def environment(
         env.PIPELINE_PARALLEL: str(layout.pipeline),
         env.DATA_PARALLEL: str(layout.data),
         env.CONTEXT_PARALLEL: str(layout.context),
+        env.EXPERT_PARALLEL: str(layout.expert),
+        env.EXPERT_TENSOR_PARALLEL: str(layout.expert_tensor),
         env.VIRTUAL_PIPELINE_STAGES: str(layout.virtual_pipeline_stages),
         env.SEQUENCE_PARALLEL: _bool(layout.sequence_parallel),
         env.ZERO_STAGE: str(layout.zero_stage),

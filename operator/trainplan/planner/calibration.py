@@ -73,6 +73,13 @@ class Calibration:
     """Default failure rate: job interruptions per GPU-hour."""
     restart_seconds: float
     """Default time from an interruption to training again (reschedule, load checkpoint)."""
+    moe_load_imbalance: float = 1.0
+    """Tokens the busiest expert's rank processes over an even share, under dropless
+    routing (an expert capacity factor sets it instead, `Workload.expert_capacity_factor`):
+    the slowest rank sets every MoE layer's pace."""
+    expert_comm_overlap: float = 1.0
+    """Fraction of a layer's forward and backward compute that hides the experts'
+    all-to-all where the schedule overlaps them (`Workload.expert_comm_overlap`)."""
     run_goodput: float = 1.0
     """Fraction of a whole run's failure-free wall-clock spent in steady training steps
     (0..1]: the rest is evaluation, warm-up and batch ramp-up, data stalls, stragglers and
@@ -136,6 +143,8 @@ class _CalibrationDocument(BaseModel):
     memory_fragmentation: float = Field(ge=0, le=1)
     interruptions_per_gpu_hour: float = Field(ge=0)
     restart_seconds: float = Field(ge=0)
+    moe_load_imbalance: float = Field(default=1.0, ge=1, le=64)
+    expert_comm_overlap: float = Field(default=1.0, ge=0, le=1)
     run_goodput: float = Field(default=1.0, gt=0, le=1)
     step_seconds_ratio_p10: float = Field(default=1.0, gt=0, le=1)
     step_seconds_ratio_p90: float = Field(default=1.0, ge=1)

@@ -34,7 +34,7 @@ from pydantic.alias_generators import to_camel
 
 from trainplan.api.spec import SUPPORTED_MODELS
 from trainplan.planner.calibration import Calibration, calibration_from_mapping
-from trainplan.planner.shapes import ModelShape
+from trainplan.planner.shapes import Experts, LatentAttention, ModelShape
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 """Every precision a catalog GPU may list a peak for, in the order they are shown."""
@@ -224,6 +224,12 @@ class ModelPreset:
     sequence_length: int
     tied_embeddings: bool
     source: str
+    head_dim: int | None = None
+    """A head width other than hidden / heads, as published."""
+    experts: Experts | None = None
+    latent_attention: LatentAttention | None = None
+    active_parameters: float | None = None
+    """Parameters one token passes through, as published (MoE models)."""
 
     @property
     def shape(self) -> ModelShape:
@@ -238,6 +244,9 @@ class ModelPreset:
             vocab_size=self.vocab_size,
             sequence_length=self.sequence_length,
             tied_embeddings=self.tied_embeddings,
+            declared_head_dim=self.head_dim,
+            experts=self.experts,
+            latent_attention=self.latent_attention,
         )
 
     def lookup_keys(self) -> tuple[str, ...]:
@@ -337,10 +346,28 @@ class _GPUDocument(_Document):
     pcie_bandwidth_bytes_per_second: PositiveFloat | None = None
 
 
+class _LatentAttentionDocument(_Document):
+    kv_rank: PositiveInt
+    query_rank: int = Field(0, ge=0)
+    rope_head_dim: PositiveInt
+    no_rope_head_dim: PositiveInt
+    value_head_dim: PositiveInt
+
+
 class _ModelDocument(_Document):
     name: _Name
     aliases: tuple[_Name, ...] = ()
     parameters: PositiveFloat
+    active_parameters: PositiveFloat | None = None
+    head_dim: PositiveInt | None = None
+    experts: PositiveInt | None = None
+    experts_per_token: PositiveInt | None = None
+    expert_ffn_hidden_size: PositiveInt | None = None
+    shared_experts: int = Field(0, ge=0)
+    shared_expert_ffn_hidden_size: PositiveInt | None = None
+    moe_layer_interval: PositiveInt = 1
+    first_dense_layers: int = Field(0, ge=0)
+    latent_attention: _LatentAttentionDocument | None = None
     layers: PositiveInt
     hidden_size: PositiveInt
     attention_heads: PositiveInt
@@ -354,7 +381,10 @@ class _ModelDocument(_Document):
 
     @model_validator(mode="after")
     def _check_heads(self) -> Self:
-        if self.hidden_size % self.attention_heads:
+        moe = (self.experts, self.experts_per_token, self.expert_ffn_hidden_size)
+        if any(value is not None for value in moe) and None in moe:
+            raise ValueError("experts, expertsPerToken and expertFfnHiddenSize go together")
+        if self.head_dim is None and self.hidden_size % self.attention_heads:
             raise ValueError(
                 f"hiddenSize ({self.hidden_size}) must be divisible by "
                 f"attentionHeads ({self.attention_heads})"
@@ -511,9 +541,39 @@ def parse_models(models_yaml: str) -> tuple[ModelPreset, ...]:
             sequence_length=m.sequence_length,
             tied_embeddings=m.tied_embeddings,
             source=m.source,
+            head_dim=m.head_dim,
+            experts=_experts(m),
+            latent_attention=(
+                None
+                if m.latent_attention is None
+                else LatentAttention(**m.latent_attention.model_dump())
+            ),
+            active_parameters=m.active_parameters,
         )
         for m in parsed.models
     )
+
+
+def _experts(document: _ModelDocument) -> Experts | None:
+    """The preset's mixture of experts, or None for a dense model."""
+    if (
+        document.experts is None
+        or document.experts_per_token is None
+        or document.expert_ffn_hidden_size is None
+    ):
+        return None
+    try:
+        return Experts(
+            routed=document.experts,
+            per_token=document.experts_per_token,
+            ffn_hidden_size=document.expert_ffn_hidden_size,
+            shared=document.shared_experts,
+            shared_ffn_hidden_size=document.shared_expert_ffn_hidden_size,
+            layer_interval=document.moe_layer_interval,
+            first_dense_layers=document.first_dense_layers,
+        )
+    except ValueError as error:
+        raise CatalogDataError(f"model catalog: {document.name}: {error}") from None
 
 
 def parse_calibration(calibration_yaml: str) -> Calibration:

@@ -102,3 +102,26 @@ def point_to_point_seconds(size_bytes: float, group: Communicator) -> float:
     nodes)."""
     hop = group.network_hop_seconds if group.nodes > 1 else group.intra_node_hop_seconds
     return group.base_latency_seconds + hop + size_bytes / group.bandwidth_bytes_per_second
+
+
+def all_to_all_seconds(
+    intra_node_bytes: float,
+    network_bytes: float,
+    group: Communicator,
+    network_bytes_per_second: float,
+) -> float:
+    """One all-to-all in which each rank sends `intra_node_bytes` to peers on its node
+    and `network_bytes` to ranks on other nodes (an MoE layer's dispatch or combine).
+
+    The sends are issued at once, as NCCL's grouped point-to-point calls and DeepEP's
+    kernels issue them, so one latency (pairwise exchange, Thakur et al. 2005, IJHPCA
+    19(1), section 4.5, without its sequential steps); the node's peers are reached over
+    NVLink at the group's bandwidth, the others through the rank's own network port at
+    `network_bytes_per_second`; both paths carry their share at the same time, so the
+    slower one sets the time."""
+    if group.ranks <= 1:
+        return 0.0
+    hop = group.network_hop_seconds if network_bytes > 0 else group.intra_node_hop_seconds
+    intra = intra_node_bytes / group.bandwidth_bytes_per_second
+    inter = network_bytes / network_bytes_per_second
+    return group.base_latency_seconds + hop + max(intra, inter)

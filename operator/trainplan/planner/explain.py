@@ -14,7 +14,7 @@ from trainplan.planner.calibration import Calibration
 from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.resolve import ResolvedSpec, trainable_parameters
 from trainplan.planner.search import Evaluation
-from trainplan.planner.shapes import parameter_count
+from trainplan.planner.shapes import active_parameter_count, parameter_count
 from trainplan.planner.stages import split_counts
 
 _GIB = float(1 << 30)
@@ -64,6 +64,9 @@ def describe_layout(layout: Layout, workload: Workload) -> str:
             uneven += f", {middle} on each other)" if p > 2 else ")"
         parts.append(f"{p} pipeline stages{chunks}{uneven}")
     parts.append(f"{d} data-parallel replica{'s' if d > 1 else ''}")
+    experts = workload.shape.experts
+    if experts is not None:
+        parts.append(_describe_experts(layout, workload, experts.routed))
     zero = {
         0: "no ZeRO sharding",
         1: "ZeRO-1 (optimizer states sharded)",
@@ -78,6 +81,19 @@ def describe_layout(layout: Layout, workload: Workload) -> str:
     return ", ".join(parts) + f"; {zero}; {recompute}"
 
 
+def _describe_experts(layout: Layout, workload: Workload, routed: int) -> str:
+    """Where a mixture-of-experts model's experts live and how tokens reach them."""
+    if layout.expert == 1:
+        return f"all {routed} experts of each MoE layer on every rank"
+    spread = layout.expert * layout.expert_tensor
+    reach = "over NVLink" if spread <= workload.nvlink_domain_gpus else "across nodes"
+    split = f", each split over {layout.expert_tensor} ranks" if layout.expert_tensor > 1 else ""
+    return (
+        f"{layout.expert}-way expert parallelism ({routed // layout.expert} of {routed}"
+        f" experts per rank{split}; tokens dispatched and combined by all-to-all {reach})"
+    )
+
+
 def _work(workload: Workload, resolved: ResolvedSpec, steps: int) -> str:
     tokens = (
         f"{format_count(steps * workload.tokens_per_step, 'token')}"
@@ -86,6 +102,15 @@ def _work(workload: Workload, resolved: ResolvedSpec, steps: int) -> str:
     tuning = workload.tuning
     if not tuning.adapters:
         trained_all = format_count(parameter_count(workload.shape), "parameter")
+        experts = workload.shape.experts
+        if experts is not None:
+            active = format_count(active_parameter_count(workload.shape), "parameter")
+            trained_all += (
+                f" ({active} active per token: {experts.per_token} of {experts.routed}"
+                f" routed experts"
+                + (f" and {experts.shared} shared" if experts.shared else "")
+                + f" in {format_count(workload.shape.moe_layers, 'MoE layer')})"
+            )
         return f"Work: {trained_all} trained on {tokens}."
     trained = trainable_parameters(workload.shape, resolved.parameters, tuning)
     base = "a 4-bit NormalFloat base" if tuning.method == "qlora" else "a frozen base"
@@ -136,6 +161,8 @@ def explain(
     pieces = [
         ("compute", step.compute_seconds),
         ("exposed tensor-parallel communication", step.tensor_comm_seconds),
+        ("exposed context-parallel ring exchange", step.context_comm_seconds),
+        ("exposed expert all-to-all", step.expert_comm_seconds),
         ("pipeline bubble", step.pipeline_bubble_seconds),
         ("exposed pipeline transfers", step.pipeline_comm_seconds),
         ("exposed data-parallel communication", step.data_comm_seconds),

@@ -4,36 +4,59 @@ Counts multiply-adds as two operations. The decomposition follows Narayanan et a
 (arXiv 2104.04473, section 5.1), extended to grouped-query attention (K and V projections
 scale with kv_heads / heads) and gated MLPs (three matrices instead of two). Attention
 scores and the attention-weighted values are counted over the whole sequence, as in that
-paper, so model FLOPs and MFU agree with published figures.
+paper, so model FLOPs and MFU agree with published figures. A mixture-of-experts layer
+counts the work of the experts a token is routed to (top-k) and of the router, not of
+every expert (Fedus et al. 2021, arXiv 2101.03961, section 2: FLOPs per token follow the
+active parameters); latent attention counts its down- and up-projections (DeepSeek-V2,
+arXiv 2405.04434, appendix C, without the inference-time absorption). Per-layer figures
+are means over the layers (`shapes`).
 """
 
 from __future__ import annotations
 
 from trainplan.planner.finetune import PRETRAIN, FineTuning, lora_flops_per_token
 from trainplan.planner.layout import Checkpointing
-from trainplan.planner.shapes import ModelShape
+from trainplan.planner.shapes import ModelShape, attention_projections, mlp_parameter_count
 
 
 def qkv_projection_flops_per_token(shape: ModelShape) -> float:
-    """Forward Q, K and V projections of one layer: 2 h (h + 2 kv_heads head_dim)."""
-    kv_width = 2 * shape.kv_heads * shape.head_dim
-    return 2.0 * shape.hidden_size * (shape.hidden_size + kv_width)
+    """Forward Q, K and V projections of one layer: 2 h (h + 2 kv_heads head_dim), or
+    every projection before the output one under latent attention."""
+    return 2.0 * sum(d_in * d_out for d_in, d_out in attention_projections(shape)[:-1])
 
 
 def attention_core_flops_per_token(shape: ModelShape) -> float:
-    """Forward Q K^T and scores x V of one layer: 2 x 2 s h (Narayanan et al. 2021)."""
-    return 4.0 * shape.sequence_length * shape.hidden_size
+    """Forward Q K^T and scores x V of one layer: 2 s heads (d_qk + d_v), which is
+    2 x 2 s h for heads of width h / heads (Narayanan et al. 2021)."""
+    latent = shape.latent_attention
+    if latent is None:
+        return 4.0 * shape.sequence_length * shape.attention_width
+    widths = latent.query_key_head_dim + latent.value_head_dim
+    return 2.0 * shape.sequence_length * shape.attention_heads * widths
 
 
 def output_projection_flops_per_token(shape: ModelShape) -> float:
-    """Forward attention output projection of one layer: 2 h^2."""
-    return 2.0 * shape.hidden_size * shape.hidden_size
+    """Forward attention output projection of one layer: 2 h^2 (2 x its input width x h)."""
+    d_in, d_out = attention_projections(shape)[-1]
+    return 2.0 * d_in * d_out
 
 
 def mlp_flops_per_token(shape: ModelShape) -> float:
-    """Forward MLP of one layer: 2 h f per matrix; 3 matrices when gated (SwiGLU), else 2."""
-    matrices = 3 if shape.gated_mlp else 2
-    return 2.0 * matrices * shape.hidden_size * shape.ffn_hidden_size
+    """Forward MLP of the mean layer: 2 h f per matrix; 3 matrices when gated (SwiGLU),
+    else 2. An MoE layer: its router (2 h x experts), its shared experts and its top-k
+    routed experts."""
+    h = shape.hidden_size
+    dense = 2.0 * mlp_parameter_count(h, shape.ffn_hidden_size, shape.gated_mlp)
+    experts = shape.experts
+    if experts is None:
+        return dense
+    moe = 2.0 * (
+        h * experts.routed
+        + mlp_parameter_count(h, experts.shared_width, shape.gated_mlp)
+        + experts.per_token * mlp_parameter_count(h, experts.ffn_hidden_size, shape.gated_mlp)
+    )
+    fraction = shape.moe_layer_fraction
+    return (1.0 - fraction) * dense + fraction * moe
 
 
 def layer_forward_flops_per_token(shape: ModelShape) -> float:

@@ -16,6 +16,17 @@
   Megatron-LM (first and last stage layer counts) and torchtitan (split points) place
   them; DeepSpeed's pipeline is partitioned by the user's own `PipelineModule`, which
   trainplan does not set, so it gets even splits only.
+- Mixture-of-experts: Megatron-LM (`--num-experts`, `--expert-model-parallel-size`,
+  `--expert-tensor-parallel-size`, with its distributed optimizer and pipelines) and
+  torchtitan (`--parallelism.expert_parallel_degree` and
+  `--parallelism.expert_tensor_parallel_degree`, its DeepSeek-V3 and Llama 4 models, with
+  FSDP2 and pipelines) place expert parallelism. DeepSpeed-MoE sets its expert degree in
+  the model code (`deepspeed.moe.layer.MoE(ep_size=...)`), so trainplan plans it with
+  every expert on every rank only, and DeepSpeed runs MoE layers with ZeRO 0-2 (its engine
+  refuses ZeRO-3 with MoE). The reference trainer has no experts. Megatron-LM overlaps the
+  experts' all-to-all of one micro-batch with another's compute
+  (`--overlap-moe-expert-parallel-comm --delay-wgrad-compute`, with no pipeline or an
+  interleaved one); torchtitan does not.
 """
 
 from __future__ import annotations
@@ -38,9 +49,21 @@ class FrameworkLimits:
     take the remainder)."""
     context_parallel: bool = True
     """Sequences can be split over context-parallel ranks (ring attention)."""
+    experts: bool = True
+    """Mixture-of-experts models run."""
+    expert_parallel: bool = True
+    """Experts can be split over expert-parallel ranks (and expert-tensor ranks)."""
+    max_zero_stage_with_experts: int = 3
+    """Highest ZeRO stage run with mixture-of-experts layers."""
+    expert_comm_overlap: bool = False
+    """One micro-batch's expert all-to-all overlaps another's compute (with no pipeline or
+    an interleaved one)."""
 
-    def allows(self, zero_stage: int, pipeline: int) -> bool:
+    def allows(self, zero_stage: int, pipeline: int, experts: bool = False) -> bool:
+        """Whether ZeRO `zero_stage` runs with `pipeline` stages (and MoE layers)."""
         if zero_stage not in self.zero_stages:
+            return False
+        if experts and zero_stage > self.max_zero_stage_with_experts:
             return False
         return pipeline == 1 or zero_stage <= self.max_zero_stage_with_pipeline
 
@@ -62,10 +85,22 @@ class FrameworkLimits:
 
 FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
     "reference": FrameworkLimits(
-        (0, 1, 2, 3), 2, tensor_splits_evenly=True, context_parallel=False
+        (0, 1, 2, 3),
+        2,
+        tensor_splits_evenly=True,
+        context_parallel=False,
+        experts=False,
+        expert_parallel=False,
     ),
-    "megatron": FrameworkLimits((0, 1), 1),
-    "deepspeed": FrameworkLimits((0, 1, 2, 3), 1, uneven_pipeline=False, context_parallel=False),
+    "megatron": FrameworkLimits((0, 1), 1, expert_comm_overlap=True),
+    "deepspeed": FrameworkLimits(
+        (0, 1, 2, 3),
+        1,
+        uneven_pipeline=False,
+        context_parallel=False,
+        expert_parallel=False,
+        max_zero_stage_with_experts=2,
+    ),
     "torchtitan": FrameworkLimits((0, 1, 2, 3), 2),
 }
 ANY_FRAMEWORK = FrameworkLimits((0, 1, 2, 3), 2)

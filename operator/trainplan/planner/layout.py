@@ -38,7 +38,12 @@ class Layout:
     batch is micro x data x accumulation sequences (Narayanan et al. 2021, section 2.2).
     Context parallelism splits each sequence over `context` ranks (ring attention: Liu et
     al. 2023, arXiv 2310.01889; Megatron-LM's context parallelism), which hold the same
-    weights, as data-parallel ranks do.
+    weights, as data-parallel ranks do. Expert parallelism splits each MoE layer's routed
+    experts over `expert` ranks and each expert over `expert_tensor` ranks (Lepikhin et
+    al. 2020, GShard, arXiv 2006.16668); the MoE layers are laid out over the same tensor
+    x context x data ranks as the rest, so this uses no GPUs of its own (Megatron-Core's
+    MoE parallel folding, Liu et al. 2025, arXiv 2504.14960: expert-tensor x expert x
+    expert-data = tensor x context x data), and tokens reach their experts by all-to-all.
     """
 
     tensor: int
@@ -51,6 +56,8 @@ class Layout:
     sequence_parallel: bool = False
     virtual_stages: int = 1
     context: int = 1
+    expert: int = 1
+    expert_tensor: int = 1
 
     @property
     def gpus(self) -> int:
@@ -63,6 +70,13 @@ class Layout:
         return self.data * self.context
 
     @property
+    def expert_replicas(self) -> int:
+        """Ranks holding the same expert shard: tensor x context x data / (expert x
+        expert-tensor). The experts' ZeRO shards and gradient reduction span these
+        (Megatron-Core's expert-data-parallel group)."""
+        return max(1, self.tensor * self.replicas // (self.expert * self.expert_tensor))
+
+    @property
     def global_batch_size(self) -> int:
         return self.micro_batch_size * self.data * self.accumulation_steps
 
@@ -72,6 +86,10 @@ class Layout:
         if self.context > 1:
             parts.append(f"CP{self.context}")
         parts += [f"PP{self.pipeline}", f"DP{self.data}"]
+        if self.expert > 1:
+            parts.append(f"EP{self.expert}")
+        if self.expert_tensor > 1:
+            parts.append(f"ETP{self.expert_tensor}")
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")
         parts += [f"mb{self.micro_batch_size}", f"ga{self.accumulation_steps}"]
@@ -95,6 +113,13 @@ class Workload:
     attention: AttentionKernel = "flash"
     tuning: FineTuning = PRETRAIN
     """What trains: every weight, or low-rank adapters on a frozen base (`finetune`)."""
+    expert_capacity_factor: float | None = None
+    """Tokens an expert takes, as a multiple of an even share (Fedus et al. 2021, section
+    2.2); None: dropless routing, priced at the calibration's load imbalance."""
+    expert_comm_overlap: bool = False
+    """The framework overlaps one micro-batch's all-to-all with another's compute where
+    the pipeline schedule allows (Megatron-Core's `--overlap-moe-expert-parallel-comm`,
+    with no pipeline or an interleaved one; DeepSeek-V3's DualPipe)."""
 
     @property
     def nvlink_domain_gpus(self) -> int:

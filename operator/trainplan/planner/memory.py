@@ -7,6 +7,9 @@ stages 1, 2 and 3 shard the optimizer state, then gradients, then weights over t
 data-parallel ranks. Activations per layer follow Korthikanti et al. 2022 (arXiv
 2205.05198, section 4, Table 2), generalised to grouped-query attention, gated MLPs and
 fused (flash) attention, which stores no score matrix (Dao et al. 2022, arXiv 2205.14135).
+Mixture-of-experts layers hold all their experts, split over the expert-parallel ranks,
+whose ZeRO shards span the expert-data group (`Layout.expert_replicas`); their
+activations are those of the experts each token visits, plus the dispatched copies.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from trainplan.planner.layout import Layout, Precision, Workload
 from trainplan.planner.shapes import (
     ModelShape,
     embedding_parameter_count,
+    expert_layer_parameter_count,
     layer_parameter_count,
 )
 from trainplan.planner.stages import split_of
@@ -114,22 +118,75 @@ def activation_element_bytes(precision: Precision) -> int:
     return 4 if precision == "fp32" else 2
 
 
+def local_layer_parameter_count(shape: ModelShape, layout: Layout) -> float:
+    """Weights of the mean layer on one GPU before ZeRO: the tensor ranks' share of
+    attention, norms and dense or shared MLPs, and the routed experts' share of the expert
+    x expert-tensor ranks (`layer_parameter_count` / tensor when dense)."""
+    experts = expert_layer_parameter_count(shape)
+    if not experts:
+        return layer_parameter_count(shape) / layout.tensor
+    rest = (layer_parameter_count(shape) - experts) / layout.tensor
+    return rest + experts / (layout.expert * layout.expert_tensor)
+
+
+def _stage_contents(shape: ModelShape, layout: Layout) -> tuple[float, float]:
+    """Layers of the most loaded stage and its embedding or output matrix parameters
+    (before tensor parallelism)."""
+    if layout.pipeline == 1:
+        return float(shape.layers), embedding_parameter_count(shape)
+    split = split_of(shape.layers, layout.pipeline)
+    # Compared before the tensor split, which divides the layers' other weights and the
+    # matrix alike.
+    per_layer = layer_parameter_count(shape)
+    if expert_layer_parameter_count(shape):
+        per_layer = local_layer_parameter_count(shape, layout) * layout.tensor
+    matrix = float(shape.vocab_size * shape.hidden_size)
+    middle = split.middle if layout.pipeline > 2 else 0.0
+    edges = max(split.first, split.last)
+    if middle * per_layer > edges * per_layer + matrix:
+        return middle, 0.0
+    return edges, matrix
+
+
 def stage_parameter_count(shape: ModelShape, layout: Layout) -> float:
     """Parameters held by one GPU of the most loaded pipeline stage, before ZeRO sharding.
 
     Layers split over the stages as `planner.stages` does (evenly when the degree divides
     them); the input embedding sits on the first stage and the output matrix on the last
     (with tied embeddings and more than one stage, the last stage keeps its own copy, as
-    Megatron-LM does); tensor parallelism splits both.
+    Megatron-LM does); tensor parallelism splits both; expert and expert-tensor
+    parallelism split the routed experts (`local_layer_parameter_count`).
     """
-    per_layer = layer_parameter_count(shape)
-    if layout.pipeline == 1:
-        return (shape.layers * per_layer + embedding_parameter_count(shape)) / layout.tensor
-    split = split_of(shape.layers, layout.pipeline)
-    matrix = float(shape.vocab_size * shape.hidden_size)
-    middle = split.middle * per_layer if layout.pipeline > 2 else 0.0
-    edges = max(split.first, split.last) * per_layer + matrix
-    return max(middle, edges) / layout.tensor
+    layers, matrix = _stage_contents(shape, layout)
+    experts = stage_expert_parameter_count(shape, layout)
+    if not experts:
+        return (layers * layer_parameter_count(shape) + matrix) / layout.tensor
+    rest = layers * (layer_parameter_count(shape) - expert_layer_parameter_count(shape))
+    return (rest + matrix) / layout.tensor + experts
+
+
+def stage_expert_parameter_count(shape: ModelShape, layout: Layout) -> float:
+    """The routed experts' part of `stage_parameter_count`: sharded by ZeRO over the
+    expert-data ranks rather than all data ranks (0 for a dense model)."""
+    experts = expert_layer_parameter_count(shape)
+    if not experts:
+        return 0.0
+    layers, _ = _stage_contents(shape, layout)
+    return layers * experts / (layout.expert * layout.expert_tensor)
+
+
+def zero_sharded(
+    parameters: float, expert_parameters: float, layout: Layout, sharded: bool
+) -> float:
+    """`parameters` of one GPU after ZeRO's split when `sharded`: the routed experts'
+    `expert_parameters` among them over the expert-data ranks, the rest over all data x
+    context ranks."""
+    if not sharded:
+        return parameters
+    dense = (parameters - expert_parameters) / layout.replicas
+    if not expert_parameters:
+        return dense
+    return dense + expert_parameters / layout.expert_replicas
 
 
 def _stage_embedding_parameter_count(shape: ModelShape, layout: Layout) -> float:
@@ -156,8 +213,16 @@ def layer_activation_bytes_per_token(
     t = layout.tensor
     # Two norm inputs, attention and MLP inputs, two dropout masks.
     outside = (4 * e) * h + 2 * _MASK_BYTES * h
-    attention_block = e * h * (2 + 2 * kv_ratio)  # Q, K, V and the output projection input
-    mlp_block = e * f * (3 if shape.gated_mlp else 2)
+    attention_block = _attention_activation_bytes_per_token(shape, e, kv_ratio)
+    mlp_block: float = e * f * (3 if shape.gated_mlp else 2)
+    experts = shape.experts
+    if experts is not None:
+        # An MoE layer: the activations of the k experts a token visits and of the shared
+        # ones, plus its k dispatched copies in and out (the router's logits are small).
+        width = experts.per_token * experts.ffn_hidden_size + experts.shared_width
+        moe_block = e * width * (3 if shape.gated_mlp else 2) + 2 * e * experts.per_token * h
+        fraction = shape.moe_layer_fraction
+        mlp_block = (1.0 - fraction) * mlp_block + fraction * moe_block
     inside = attention_block + mlp_block
     scores = 0.0
     if attention == "standard":
@@ -165,6 +230,30 @@ def layer_activation_bytes_per_token(
         scores = shape.attention_heads * shape.sequence_length * (2 * e + _MASK_BYTES)
     outside_share = outside / t if layout.sequence_parallel else outside
     return outside_share + inside / t + scores / t
+
+
+def _attention_activation_bytes_per_token(
+    shape: ModelShape, element_bytes: int, kv_ratio: float
+) -> float:
+    """What attention stores per token (Korthikanti et al. 2022): the inputs of Q, K, V
+    and of the output projection, 2 h + 2 h kv / heads elements (`attention_width` in
+    place of h for a declared head width); with latent attention the latents and the
+    rebuilt per-head queries, keys and values (DeepSeek-V2, section 2.1.2)."""
+    latent = shape.latent_attention
+    if latent is None:
+        h = shape.hidden_size
+        width = shape.attention_width
+        if width == h:
+            return element_bytes * h * (2 + 2 * kv_ratio)
+        return element_bytes * (h + 2 * width * kv_ratio + width)
+    heads = shape.attention_heads
+    elements = (
+        shape.hidden_size
+        + latent.query_rank
+        + latent.kv_rank
+        + heads * (2 * latent.query_key_head_dim + 2 * latent.value_head_dim)
+    )
+    return float(element_bytes * elements)
 
 
 def checkpointed_layer_bytes_per_token(
@@ -216,9 +305,18 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
     else:
         trained = params
         stored = params * state.weights
-    weights = stored / (d if layout.zero_stage >= 3 else 1)
-    gradients = trained * state.gradients / (d if layout.zero_stage >= 2 else 1)
-    optimizer = trained * state.optimizer / (d if layout.zero_stage >= 1 else 1)
+    experts = stage_expert_parameter_count(shape, layout)
+    if experts:
+        # Adapters are refused on MoE models (`resolve`): every weight trains here.
+        weights = zero_sharded(params, experts, layout, layout.zero_stage >= 3) * state.weights
+        gradients = zero_sharded(params, experts, layout, layout.zero_stage >= 2)
+        gradients *= state.gradients
+        optimizer = zero_sharded(params, experts, layout, layout.zero_stage >= 1)
+        optimizer *= state.optimizer
+    else:
+        weights = stored / (d if layout.zero_stage >= 3 else 1)
+        gradients = trained * state.gradients / (d if layout.zero_stage >= 2 else 1)
+        optimizer = trained * state.optimizer / (d if layout.zero_stage >= 1 else 1)
 
     # Context parallelism: each rank holds 1/context of every sequence's tokens.
     tokens = local_tokens(layout, shape)
@@ -253,7 +351,7 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
     gathered = 0.0
     if layout.zero_stage >= 3:
         # ZeRO-3 materialises the current and the prefetched layer in full.
-        gathered = 2 * layer_parameter_count(shape) / layout.tensor * base_bytes
+        gathered = 2 * local_layer_parameter_count(shape, layout) * base_bytes
     if workload.tuning.method == "qlora":
         # The layer in hand, dequantized to the compute type for its matrix multiplies.
         gathered += layer_parameter_count(shape) / layout.tensor * state.weights

@@ -43,7 +43,7 @@ from trainplan.planner.search import (
     select_fastest,
     select_fewest_gpus_for_deadline,
 )
-from trainplan.planner.shapes import parameter_count
+from trainplan.planner.shapes import active_parameter_count, parameter_count
 
 DEFAULT_GPU_CEILING = 16384
 _Z_90 = 1.2815515655446004
@@ -267,12 +267,13 @@ def _fastest_without_waste(evaluated: Iterable[Evaluation]) -> Evaluation | None
     return min(close, key=lambda e: (e.gpu_hours, e.duration_seconds))
 
 
-def _signature(layout: Layout) -> tuple[int, int, int, int, int, str]:
+def _signature(layout: Layout) -> tuple[int, int, int, int, int, int, str]:
     return (
         layout.tensor,
         layout.context,
         layout.pipeline,
         layout.data,
+        layout.expert,
         layout.zero_stage,
         layout.checkpointing,
     )
@@ -320,6 +321,8 @@ def plan_layout(layout: Layout) -> PlanLayout:
         virtual_pipeline_stages=layout.virtual_stages,
         sequence_parallel=layout.sequence_parallel,
         context=layout.context,
+        expert=layout.expert,
+        expert_tensor=layout.expert_tensor,
     )
 
 
@@ -380,12 +383,18 @@ def _plan_object(
             if workload.tuning.adapters
             else None
         ),
+        active_parameters=(
+            round(active_parameter_count(workload.shape))
+            if workload.shape.experts is not None
+            else None
+        ),
         flops_per_step=choice.model_flops_per_step,
         step_seconds=step.step_seconds,
         step_breakdown=StepBreakdown(
             compute_seconds=step.compute_seconds,
             tensor_comm_seconds=step.tensor_comm_seconds,
             context_comm_seconds=step.context_comm_seconds,
+            expert_comm_seconds=step.expert_comm_seconds,
             data_comm_seconds=step.data_comm_seconds,
             pipeline_bubble_seconds=step.pipeline_bubble_seconds,
             pipeline_comm_seconds=step.pipeline_comm_seconds,

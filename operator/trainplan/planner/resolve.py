@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from trainplan.api import ModelSpec, TrainingPlanSpec
 from trainplan.planner.catalog import (
     Catalog,
+    ModelPreset,
     UnknownGPUError,
     UnknownModelError,
     UnsupportedPrecisionError,
@@ -23,7 +24,7 @@ from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.layout import Workload
 from trainplan.planner.memory import checkpoint_bytes
 from trainplan.planner.search import LayoutPins, RunSettings
-from trainplan.planner.shapes import ModelShape, parameter_count
+from trainplan.planner.shapes import Experts, LatentAttention, ModelShape, parameter_count
 from trainplan.planner.stages import split_counts
 
 
@@ -46,10 +47,13 @@ def resolve_shape(spec: TrainingPlanSpec, catalog: Catalog) -> tuple[ModelShape,
     return resolve_model(spec.model, catalog)
 
 
-def resolve_model(model: ModelSpec, catalog: Catalog) -> tuple[ModelShape, float]:
-    """`resolve_shape` of a bare model section (training and serving share it)."""
+def resolve_model(model: ModelSpec, catalog: Catalog | None) -> tuple[ModelShape, float]:
+    """`resolve_shape` of a bare model section (training and serving share it); a section
+    without a preset needs no catalog (None)."""
     base = None
     if model.preset is not None:
+        if catalog is None:
+            raise PlanInputError([("model.preset", "naming a preset needs the catalog")])
         try:
             base = catalog.model(model.preset)
         except UnknownModelError as error:
@@ -76,23 +80,32 @@ def resolve_model(model: ModelSpec, catalog: Catalog) -> tuple[ModelShape, float
     sequence = int(pick("sequenceLength", "sequence_length"))
     if missing:
         raise PlanInputError(missing)
-    problems = []
-    if hidden % heads:
+    problems: list[tuple[str, str]] = []
+    head_dim = model.head_dim if model.head_dim is not None else getattr(base, "head_dim", None)
+    if head_dim is None and hidden % heads:
         problems.append(("model.attentionHeads", f"{heads} does not divide hiddenSize ({hidden})"))
     if heads % kv_heads:
         problems.append(("model.kvHeads", f"{kv_heads} does not divide attentionHeads ({heads})"))
+    ffn = int(pick("ffnHiddenSize", "ffn_hidden_size", 4 * hidden))
+    experts = _resolve_experts(model, base, ffn, layers, problems)
     if problems:
         raise PlanInputError(problems)
+    latent = base.latent_attention if base is not None else None
+    if model.latent_attention is not None:
+        latent = LatentAttention(**model.latent_attention.model_dump())
     shape = ModelShape(
         layers=layers,
         hidden_size=hidden,
         attention_heads=heads,
         kv_heads=kv_heads,
-        ffn_hidden_size=int(pick("ffnHiddenSize", "ffn_hidden_size", 4 * hidden)),
+        ffn_hidden_size=ffn,
         gated_mlp=bool(pick("gatedMLP", "gated_mlp", False)),
         vocab_size=vocab,
         sequence_length=sequence,
         tied_embeddings=bool(pick("tiedEmbeddings", "tied_embeddings", False)),
+        declared_head_dim=head_dim,
+        experts=experts,
+        latent_attention=latent,
     )
     if model.parameters is not None:
         parameters = model.parameters
@@ -101,6 +114,55 @@ def resolve_model(model: ModelSpec, catalog: Catalog) -> tuple[ModelShape, float
     else:
         parameters = parameter_count(shape)
     return shape, parameters
+
+
+def _resolve_experts(
+    model: ModelSpec,
+    base: ModelPreset | None,
+    ffn_hidden_size: int,
+    layers: int,
+    problems: list[tuple[str, str]],
+) -> Experts | None:
+    """The mixture of experts of the spec's model (the preset's, with the spec's fields on
+    top), or None for a dense one; appends to `problems` what contradicts itself."""
+    preset = base.experts if base is not None else None
+    if model.experts is None and preset is None:
+        return None
+    routed = model.experts if model.experts is not None else preset.routed if preset else 1
+    per_token = model.experts_per_token or (preset.per_token if preset else 1)
+    width = model.expert_ffn_hidden_size or (preset.ffn_hidden_size if preset else ffn_hidden_size)
+    shared = model.shared_experts
+    if shared is None:
+        shared = preset.shared if preset else 0
+    shared_width = model.shared_expert_ffn_hidden_size
+    if shared_width is None and preset is not None and model.shared_experts is None:
+        shared_width = preset.shared_ffn_hidden_size
+    interval = model.moe_layer_interval or (preset.layer_interval if preset else 1)
+    first_dense = model.first_dense_layers
+    if first_dense is None:
+        first_dense = preset.first_dense_layers if preset else 0
+    if per_token > routed:
+        problems.append(("model.expertsPerToken", f"{per_token} exceeds experts ({routed})"))
+        return None
+    experts = Experts(
+        routed=routed,
+        per_token=per_token,
+        ffn_hidden_size=width,
+        shared=shared,
+        shared_ffn_hidden_size=shared_width,
+        layer_interval=interval,
+        first_dense_layers=first_dense,
+    )
+    if experts.moe_layer_count(layers) == 0:
+        problems.append(
+            (
+                "model.firstDenseLayers",
+                f"no layer of {layers} is mixture-of-experts with firstDenseLayers"
+                f" {first_dense} and moeLayerInterval {interval}",
+            )
+        )
+        return None
+    return experts
 
 
 def check_pins(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str]]:
@@ -149,24 +211,90 @@ def check_pins(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str
                     f"{uneven}; megatron, torchtitan and deepspeed pad instead",
                 )
             )
-    if par.zero_stage is not None and not limits.allows(par.zero_stage, par.pipeline or 1):
+    moe = shape.experts is not None
+    if par.zero_stage is not None and not limits.allows(par.zero_stage, par.pipeline or 1, moe):
         stages = ", ".join(
-            str(z) for z in limits.zero_stages if limits.allows(z, par.pipeline or 1)
+            str(z) for z in limits.zero_stages if limits.allows(z, par.pipeline or 1, moe)
         )
         able = sorted(
             name
             for name, other in FRAMEWORK_LIMITS.items()
-            if other.allows(par.zero_stage, par.pipeline or 1)
+            if other.allows(par.zero_stage, par.pipeline or 1, moe)
         )
         problems.append(
             (
                 "parallelism.zeroStage",
-                f"job.framework {framework} runs ZeRO stage {stages} with this pipeline degree,"
+                f"job.framework {framework} runs ZeRO stage {stages} with this pipeline degree"
+                f"{' and experts' if moe else ''},"
                 f" not {par.zero_stage}; frameworks that can: {', '.join(able) or 'none'}",
             )
         )
     if par.pipeline is not None:
         problems += _pipeline_problems(shape, par.pipeline, par.virtual_pipeline_stages, framework)
+    problems += _expert_problems(shape, spec)
+    return problems
+
+
+def _expert_problems(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str]]:
+    """Expert-parallel pins and methods that the model or the framework cannot run."""
+    par = spec.parallelism
+    framework = spec.job.framework
+    limits = FRAMEWORK_LIMITS[framework]
+    experts = shape.experts
+    problems: list[tuple[str, str]] = []
+    pinned = [
+        (path, value)
+        for path, value in (
+            ("parallelism.expert", par.expert),
+            ("parallelism.expertTensor", par.expert_tensor),
+        )
+        if value is not None and value > 1
+    ]
+    if experts is None:
+        problems += [(path, "the model has no experts (a dense model)") for path, _ in pinned]
+        if spec.training.expert_capacity_factor is not None:
+            problems.append(
+                ("training.expertCapacityFactor", "the model has no experts (a dense model)")
+            )
+        return problems
+    if par.expert is not None and experts.routed % par.expert:
+        problems.append(
+            ("parallelism.expert", f"{par.expert} does not divide experts ({experts.routed})")
+        )
+    if not limits.experts:
+        able = sorted(name for name, other in FRAMEWORK_LIMITS.items() if other.experts)
+        problems.append(
+            (
+                "job.framework",
+                f"{framework} runs no mixture-of-experts model; frameworks that can:"
+                f" {', '.join(able)}",
+            )
+        )
+    elif pinned and not limits.expert_parallel:
+        able = sorted(name for name, other in FRAMEWORK_LIMITS.items() if other.expert_parallel)
+        problems += [
+            (
+                path,
+                f"job.framework {framework} places no expert parallelism; use {' or '.join(able)}",
+            )
+            for path, _ in pinned
+        ]
+    etp = par.expert_tensor
+    if framework == "torchtitan" and etp is not None and etp not in (1, par.tensor or etp):
+        problems.append(
+            (
+                "parallelism.expertTensor",
+                f"torchtitan splits experts over 1 or parallelism.tensor ranks, not {etp}",
+            )
+        )
+    if spec.training.method in ("lora", "qlora"):
+        problems.append(
+            (
+                "training.method",
+                f"{spec.training.method} on a mixture-of-experts model is not modelled;"
+                " plan full fine-tuning (method full)",
+            )
+        )
     return problems
 
 
@@ -266,6 +394,8 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
         optimizer=spec.training.optimizer,
         attention=spec.training.attention,
         tuning=fine_tuning(spec),
+        expert_capacity_factor=spec.training.expert_capacity_factor,
+        expert_comm_overlap=FRAMEWORK_LIMITS[spec.job.framework].expert_comm_overlap,
     )
     par = spec.parallelism
     pins = LayoutPins(
@@ -273,6 +403,8 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
         pipeline=par.pipeline,
         data=par.data,
         context=par.context,
+        expert=par.expert,
+        expert_tensor=par.expert_tensor,
         virtual_stages=par.virtual_pipeline_stages,
         micro_batch_size=spec.batch.micro_batch_size,
         zero_stage=par.zero_stage,

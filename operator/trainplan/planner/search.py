@@ -2,8 +2,9 @@
 
 Three separate steps, as in Calculon's search (Isaev et al., SC'23): `generate_layouts`
 enumerates what is legal for a GPU count (tensor degree dividing the heads, pipeline
-degree dividing the layers or splitting them unevenly where the framework can,
-micro-batch dividing the per-rank batch, ZeRO stage, recomputation level),
+degree dividing the layers or splitting them unevenly where the framework can, expert
+degree dividing the experts and the tensor x context x data ranks, micro-batch dividing
+the per-rank batch, ZeRO stage, recomputation level),
 `Evaluator.evaluate` prices one layout, and the `select_*` functions pick by objective.
 """
 
@@ -45,6 +46,8 @@ class LayoutPins:
     pipeline: int | None = None
     data: int | None = None
     context: int | None = None
+    expert: int | None = None
+    expert_tensor: int | None = None
     virtual_stages: int | None = None
     micro_batch_size: int | None = None
     zero_stage: int | None = None
@@ -157,6 +160,31 @@ def context_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
     return degrees
 
 
+_MAX_EXPERT = 64
+"""The largest expert-parallel degree searched (DeepSeek-V3 trained with 64, its report's
+section 3.2); a larger one can be pinned."""
+
+
+def expert_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
+    """Expert-parallel degrees: a pin; or, for a mixture-of-experts model whose framework
+    places expert parallelism, the powers of two up to 64 that divide the experts; else 1.
+    A layout also needs the degree x the expert-tensor degree to divide its tensor x
+    context x data ranks (`generate_layouts`)."""
+    experts = workload.shape.experts
+    if experts is None:
+        return [1]
+    if pins.expert is not None:
+        return [pins.expert]
+    if not pins.framework.expert_parallel:
+        return [1]
+    degrees = [1]
+    while degrees[-1] * 2 <= min(_MAX_EXPERT, experts.routed) and not (
+        experts.routed % (degrees[-1] * 2)
+    ):
+        degrees.append(degrees[-1] * 2)
+    return degrees
+
+
 def pipeline_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
     """Pipeline degrees: a pin, or divisors of the layer count and, where the framework
     places uneven stages, the degrees of `_UNEVEN_PIPELINE_DEGREES` that split the layers
@@ -228,7 +256,12 @@ def generate_layouts(workload: Workload, gpus: int, pins: LayoutPins) -> Iterato
             if (pins.data is not None and d != pins.data) or batch % d:
                 continue
             per_rank = batch // d
-            for zero in _zero_stages(p, d * c, pins):
+            etp = pins.expert_tensor or 1
+            experts = [ep for ep in expert_degrees(workload, pins) if (t * c * d) % (ep * etp) == 0]
+            moe = shape.experts is not None
+            for ep, zero in (
+                (ep, zero) for ep in experts for zero in _zero_stages(p, d * c, pins, moe)
+            ):
                 for checkpointing in _checkpointing_levels(workload, pins):
                     for sp in _sequence_parallel(t, pins):
                         for v in _virtual_stages(shape.layers, p, pins):
@@ -247,19 +280,21 @@ def generate_layouts(workload: Workload, gpus: int, pins: LayoutPins) -> Iterato
                                     sequence_parallel=sp,
                                     virtual_stages=v,
                                     context=c,
+                                    expert=ep,
+                                    expert_tensor=etp if moe else 1,
                                 )
 
 
-def _zero_stages(p: int, d: int, pins: LayoutPins) -> list[int]:
-    """ZeRO stages the framework runs with this pipeline degree; only 0 without data
-    parallelism (nothing to shard), unless pinned."""
+def _zero_stages(p: int, d: int, pins: LayoutPins, moe: bool = False) -> list[int]:
+    """ZeRO stages the framework runs with this pipeline degree (and MoE layers); only 0
+    without data parallelism (nothing to shard), unless pinned."""
     if pins.zero_stage is not None:
         candidates = [pins.zero_stage]
     elif d == 1:
         candidates = [0]
     else:
         candidates = [0, 1, 2, 3]
-    return [z for z in candidates if pins.framework.allows(z, p)]
+    return [z for z in candidates if pins.framework.allows(z, p, moe)]
 
 
 def _checkpointing_levels(workload: Workload, pins: LayoutPins) -> list[Checkpointing]:

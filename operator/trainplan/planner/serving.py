@@ -8,7 +8,12 @@ Orca, OSDI; paged cache, Kwon et al. 2023, vLLM, arXiv 2309.06180):
 
 - key/value cache: 2 x layers x kv_heads x head_dim values a token (grouped-query
   attention shrinks it), split over the tensor ranks (replicated when there are fewer kv
-  heads than ranks), for prompt + output tokens of every sequence in flight;
+  heads than ranks), for prompt + output tokens of every sequence in flight; latent
+  attention caches its key-value latent and rotary key, layers x (kv_rank + rope_dim)
+  values, on every tensor rank (DeepSeek-V2, arXiv 2405.04434, section 2.1.2);
+- mixture of experts: the FLOPs of a token are those of its active parameters; a decode
+  step reads the dense weights and the routed experts that its batch's tokens reach, an
+  expected 1 - (1 - k / E)^B of them for B tokens with top-k of E experts each;
 - decode step (one token for each of `batch` sequences): the weights read once, every
   sequence's cache read once (at its mean length, prompt + output / 2), 2 x parameters
   FLOPs a token, two all-reduces a layer of the batch's hidden states; no launch overhead
@@ -39,7 +44,12 @@ from trainplan.planner.collectives import all_reduce_seconds
 from trainplan.planner.flops import attention_core_flops_per_token
 from trainplan.planner.layout import Precision, Workload
 from trainplan.planner.search import divisors
-from trainplan.planner.shapes import ModelShape
+from trainplan.planner.shapes import (
+    ModelShape,
+    active_parameter_count,
+    expert_layer_parameter_count,
+    parameter_count,
+)
 from trainplan.planner.steptime import FLASH_CAUSAL_FRACTION, communicator
 
 MAX_BATCH: Final = 4096
@@ -108,11 +118,33 @@ def weight_bytes_per_parameter(precision: Precision) -> float:
 
 def kv_cache_bytes_per_token(shape: ModelShape, precision: Precision, tensor: int) -> float:
     """Key and value bytes one token keeps on one GPU: 2 x layers x kv heads on the GPU x
-    head_dim values (kv heads replicated when fewer than the tensor ranks)."""
+    head_dim values (kv heads replicated when fewer than the tensor ranks); with latent
+    attention, layers x (kv_rank + rope_dim) values on every rank."""
+    latent = shape.latent_attention
+    if latent is not None:
+        values = latent.kv_rank + latent.rope_head_dim
+        return shape.layers * values * weight_bytes_per_parameter(precision)
     heads_per_gpu = max(1.0, shape.kv_heads / tensor)
     return (
         2.0 * shape.layers * heads_per_gpu * shape.head_dim * weight_bytes_per_parameter(precision)
     )
+
+
+def _decode_weight_parameters(shape: ModelShape, parameters: float, tokens: float) -> float:
+    """Parameters a decode step of `tokens` tokens reads: all of a dense model; an MoE
+    model's dense part and the expected share of its routed experts that the tokens reach
+    (each token picks k of E experts in each MoE layer)."""
+    experts = shape.experts
+    if experts is None:
+        return parameters
+    routed = shape.layers * expert_layer_parameter_count(shape)
+    untouched = math.pow(1.0 - experts.per_token / experts.routed, tokens)
+    return parameters - routed * untouched
+
+
+def active_parameters(shape: ModelShape, parameters: float) -> float:
+    """`parameters` less the routed experts a token skips (all of them when dense)."""
+    return parameters - (parameter_count(shape) - active_parameter_count(shape))
 
 
 def _rates(gpu: GPUSpec, precision: Precision, calibration: Calibration) -> tuple[float, ...]:
@@ -153,20 +185,29 @@ def price_replica(
     shape = workload.shape
     precision = workload.precision
     gemm_rate, attention_rate, hbm_rate, overhead = _rates(workload.gpu, precision, calibration)
-    weights = parameters * weight_bytes_per_parameter(precision) / tensor
+    weight_bytes = weight_bytes_per_parameter(precision)
+    weights = parameters * weight_bytes / tensor
     per_token_kv = kv_cache_bytes_per_token(shape, precision, tensor)
     length = load.prompt_tokens + load.output_tokens
-    flops_per_token = 2.0 * parameters / tensor
+    flops_per_token = 2.0 * active_parameters(shape, parameters) / tensor
     # Decode: every sequence's cache at its mean length, its queries against it.
     mean_context = load.prompt_tokens + load.output_tokens / 2.0
-    decode_attention = (
-        batch * shape.layers * 4.0 * mean_context * shape.hidden_size / tensor / attention_rate
-    )
+    if shape.latent_attention is None:
+        width = shape.attention_width
+        decode_attention = (
+            batch * shape.layers * 4.0 * mean_context * width / tensor / attention_rate
+        )
+    else:
+        per_context_token = attention_core_flops_per_token(shape) / shape.sequence_length
+        decode_attention = (
+            batch * shape.layers * per_context_token * mean_context / tensor / attention_rate
+        )
+    read = _decode_weight_parameters(shape, parameters, batch) * weight_bytes / tensor
     # No per-layer launch overhead: serving engines replay the decode step as a CUDA graph
     # (TensorRT-LLM and vLLM both capture it).
     decode = (
         batch * flops_per_token / gemm_rate
-        + (weights + batch * mean_context * per_token_kv) / hbm_rate
+        + (read + batch * mean_context * per_token_kv) / hbm_rate
         + decode_attention
         + _all_reduces_seconds(workload, tensor, batch, calibration)
     )

@@ -1,12 +1,90 @@
 """The shape of a decoder-only transformer and its parameter count (pure).
 
 `ModelShape` is the model input of every planner formula, independent of the hardware and
-of the parallel layout. Pure: standard library only; no I/O.
+of the parallel layout. A shape may have mixture-of-experts MLPs (`Experts`) and
+multi-head latent attention (`LatentAttention`); the per-layer counts here are means over
+the layers, so that a stage of n layers holds n times them (a model whose dense and MoE
+layers alternate, or whose first layers are dense, is priced at its average layer).
+Pure: standard library only; no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Experts:
+    """The mixture-of-experts MLPs of a model (Shazeer et al. 2017, arXiv 1701.06538;
+    Fedus et al. 2021, Switch Transformer, arXiv 2101.03961).
+
+    Each MoE layer replaces the dense MLP by `routed` expert MLPs of inner width
+    `ffn_hidden_size`, of which a router (an h x routed matrix) sends each token to
+    `per_token` (top-k); `shared` experts see every token (DeepSeekMoE, Dai et al. 2024,
+    arXiv 2401.06066), together `shared_ffn_hidden_size` wide (default shared x the expert
+    width). Layers `first_dense_layers`, ... stay dense (DeepSeek-V3's first three); after
+    them every `layer_interval`-th layer is MoE (Llama 4 Maverick alternates: 2).
+    """
+
+    routed: int
+    per_token: int
+    ffn_hidden_size: int
+    shared: int = 0
+    shared_ffn_hidden_size: int | None = None
+    layer_interval: int = 1
+    first_dense_layers: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("routed", "per_token", "ffn_hidden_size", "layer_interval"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Experts.{name} must be at least 1, got {getattr(self, name)}")
+        if self.per_token > self.routed:
+            raise ValueError(
+                f"Experts.per_token ({self.per_token}) must not exceed routed ({self.routed})"
+            )
+        if self.shared < 0 or self.first_dense_layers < 0:
+            raise ValueError("Experts.shared and first_dense_layers must not be negative")
+
+    @property
+    def shared_width(self) -> int:
+        """Inner width of the shared experts together (0 without any)."""
+        if self.shared_ffn_hidden_size is not None:
+            return self.shared_ffn_hidden_size if self.shared else 0
+        return self.shared * self.ffn_hidden_size
+
+    def moe_layer_count(self, layers: int) -> int:
+        """MoE layers among `layers`: from `first_dense_layers` on, each layer i (from 0)
+        with (i + 1) a multiple of `layer_interval` (Megatron-LM's `--moe-layer-freq`,
+        Hugging Face's `interleave_moe_layer_step`)."""
+        interval = self.layer_interval
+        first = self.first_dense_layers
+        return max(0, layers // interval - first // interval) if first < layers else 0
+
+
+@dataclass(frozen=True, slots=True)
+class LatentAttention:
+    """Multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2, arXiv 2405.04434,
+    section 2.1.2): keys and values are rebuilt per head from a `kv_rank`-wide latent (plus
+    one shared `rope_head_dim`-wide rotary key); queries from a `query_rank`-wide latent
+    (0: projected directly). Each head's query and key are `no_rope_head_dim` +
+    `rope_head_dim` wide, its value `value_head_dim`."""
+
+    kv_rank: int
+    query_rank: int
+    rope_head_dim: int
+    no_rope_head_dim: int
+    value_head_dim: int
+
+    def __post_init__(self) -> None:
+        for name in ("kv_rank", "rope_head_dim", "no_rope_head_dim", "value_head_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"LatentAttention.{name} must be at least 1")
+        if self.query_rank < 0:
+            raise ValueError("LatentAttention.query_rank must not be negative")
+
+    @property
+    def query_key_head_dim(self) -> int:
+        return self.no_rope_head_dim + self.rope_head_dim
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +95,9 @@ class ModelShape:
     lies between for grouped-query attention. `ffn_hidden_size` is the MLP's inner width;
     `gated_mlp` means a SwiGLU-style MLP with three weight matrices instead of two.
     `vocab_size` counts the rows of the embedding matrix (padding included) and
-    `sequence_length` the tokens of one training sequence.
+    `sequence_length` the tokens of one training sequence. `declared_head_dim` is a head
+    width other than hidden_size / attention_heads (Qwen3, Gemma); `experts` makes the MLPs
+    mixtures of experts and `latent_attention` the attention latent (DeepSeek-V2/V3).
     """
 
     layers: int
@@ -29,6 +109,9 @@ class ModelShape:
     vocab_size: int
     sequence_length: int
     tied_embeddings: bool
+    declared_head_dim: int | None = None
+    experts: Experts | None = None
+    latent_attention: LatentAttention | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -43,11 +126,13 @@ class ModelShape:
             value = getattr(self, name)
             if value < 1:
                 raise ValueError(f"ModelShape.{name} must be at least 1, got {value}")
-        if self.hidden_size % self.attention_heads:
+        if self.declared_head_dim is None and self.hidden_size % self.attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by "
                 f"attention_heads ({self.attention_heads})"
             )
+        if self.declared_head_dim is not None and self.declared_head_dim < 1:
+            raise ValueError("ModelShape.declared_head_dim must be at least 1")
         if self.attention_heads % self.kv_heads:
             raise ValueError(
                 f"attention_heads ({self.attention_heads}) must be divisible by "
@@ -56,8 +141,26 @@ class ModelShape:
 
     @property
     def head_dim(self) -> int:
-        """Width of one attention head: hidden_size / attention_heads."""
+        """Width of one attention head: declared, else hidden_size / attention_heads."""
+        if self.declared_head_dim is not None:
+            return self.declared_head_dim
         return self.hidden_size // self.attention_heads
+
+    @property
+    def attention_width(self) -> int:
+        """Width of all query heads together (hidden_size unless the head width is
+        declared): the query projection's output and the output projection's input."""
+        return self.attention_heads * self.head_dim
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (0 for a dense model)."""
+        return 0 if self.experts is None else self.experts.moe_layer_count(self.layers)
+
+    @property
+    def moe_layer_fraction(self) -> float:
+        """MoE layers over all layers: the weight of an MoE MLP in the mean layer."""
+        return self.moe_layers / self.layers
 
 
 def embedding_parameter_count(shape: ModelShape) -> float:
@@ -66,20 +169,115 @@ def embedding_parameter_count(shape: ModelShape) -> float:
     return float(matrices * shape.vocab_size * shape.hidden_size)
 
 
-def layer_parameter_count(shape: ModelShape) -> float:
-    """Weights of one transformer layer (no biases).
+def attention_projections(shape: ModelShape) -> tuple[tuple[int, int], ...]:
+    """(d_in, d_out) of each linear map of one layer's attention, in the order a forward
+    pass runs them.
 
-    Attention: the query and output projections (2 h^2) and the key and value projections
-    (2 h x kv_heads x head_dim, which is 2 h^2 for multi-head attention). MLP: three
-    h x ffn matrices when gated (SwiGLU), two otherwise. Norms: two per layer with h
-    weights each (RMSNorm; a LayerNorm's bias would add h more per norm).
+    Standard (grouped-query) attention: the fused query, key and value projection
+    h x (heads + 2 kv_heads) head_dim, and the output projection heads head_dim x h.
+    Latent attention (DeepSeek-V2, arXiv 2405.04434, section 2.1.2 and appendix C): the
+    query down-projection h x r_q and up-projection r_q x heads (d_nope + d_rope) (or one
+    h x heads (d_nope + d_rope) matrix without a query latent), the joint key-value
+    down-projection h x (r_kv + d_rope), its up-projection r_kv x heads (d_nope + d_v),
+    and the output projection heads d_v x h.
     """
     h = shape.hidden_size
-    attention = 2 * h * h + 2 * h * shape.kv_heads * shape.head_dim
-    mlp_matrices = 3 if shape.gated_mlp else 2
-    mlp = mlp_matrices * h * shape.ffn_hidden_size
-    norms = 2 * h
-    return float(attention + mlp + norms)
+    latent = shape.latent_attention
+    if latent is None:
+        kv_width = 2 * shape.kv_heads * shape.head_dim
+        return ((h, shape.attention_width + kv_width), (shape.attention_width, h))
+    heads = shape.attention_heads
+    query_width = heads * latent.query_key_head_dim
+    if latent.query_rank:
+        query: tuple[tuple[int, int], ...] = (
+            (h, latent.query_rank),
+            (latent.query_rank, query_width),
+        )
+    else:
+        query = ((h, query_width),)
+    return (
+        *query,
+        (h, latent.kv_rank + latent.rope_head_dim),
+        (latent.kv_rank, heads * (latent.no_rope_head_dim + latent.value_head_dim)),
+        (heads * latent.value_head_dim, h),
+    )
+
+
+def attention_parameter_count(shape: ModelShape) -> float:
+    """Weights of one layer's attention projections (`attention_projections`), with the
+    latent attention's two latent norms."""
+    weights = sum(d_in * d_out for d_in, d_out in attention_projections(shape))
+    latent = shape.latent_attention
+    norms = 0 if latent is None else latent.kv_rank + latent.query_rank
+    return float(weights + norms)
+
+
+def mlp_parameter_count(hidden_size: int, inner_width: int, gated: bool) -> float:
+    """One MLP: three hidden x inner matrices when gated (SwiGLU), two otherwise."""
+    return float((3 if gated else 2) * hidden_size * inner_width)
+
+
+def expert_layer_parameter_count(shape: ModelShape) -> float:
+    """Routed experts' weights of the mean layer: what expert parallelism splits."""
+    experts = shape.experts
+    if experts is None:
+        return 0.0
+    per_moe_layer = experts.routed * mlp_parameter_count(
+        shape.hidden_size, experts.ffn_hidden_size, shape.gated_mlp
+    )
+    return per_moe_layer * shape.moe_layer_fraction
+
+
+def _mlp_layer_parameter_count(shape: ModelShape, routed_experts: int) -> float:
+    """MLP weights of the mean layer with `routed_experts` experts per MoE layer counted:
+    dense layers' MLPs; MoE layers' router (h x routed), shared experts and routed ones."""
+    h = shape.hidden_size
+    dense = mlp_parameter_count(h, shape.ffn_hidden_size, shape.gated_mlp)
+    experts = shape.experts
+    if experts is None:
+        return dense
+    moe = (
+        h * experts.routed
+        + mlp_parameter_count(h, experts.shared_width, shape.gated_mlp)
+        + routed_experts * mlp_parameter_count(h, experts.ffn_hidden_size, shape.gated_mlp)
+    )
+    fraction = shape.moe_layer_fraction
+    return (1.0 - fraction) * dense + fraction * moe
+
+
+def layer_parameter_count(shape: ModelShape) -> float:
+    """Weights of the mean transformer layer (no biases).
+
+    Attention (`attention_parameter_count`): for multi-head attention the query and output
+    projections (2 h^2) and the key and value projections (2 h x kv_heads x head_dim, which
+    is 2 h^2 for multi-head attention). MLP: three h x ffn matrices when gated (SwiGLU),
+    two otherwise; an MoE layer holds all its experts, its shared experts and its router.
+    Norms: two per layer with h weights each (RMSNorm; a LayerNorm's bias would add h more
+    per norm).
+    """
+    routed = 0 if shape.experts is None else shape.experts.routed
+    norms = 2 * shape.hidden_size
+    return attention_parameter_count(shape) + _mlp_layer_parameter_count(shape, routed) + norms
+
+
+def active_layer_parameter_count(shape: ModelShape) -> float:
+    """Weights of the mean layer that one token passes through: an MoE layer's top-k
+    routed experts instead of all of them (equal to `layer_parameter_count` when dense)."""
+    if shape.experts is None:
+        return layer_parameter_count(shape)
+    norms = 2 * shape.hidden_size
+    active = _mlp_layer_parameter_count(shape, shape.experts.per_token)
+    return attention_parameter_count(shape) + active + norms
+
+
+def active_parameter_count(shape: ModelShape) -> float:
+    """Parameters one token passes through (`parameter_count` with each MoE layer's top-k
+    experts only): what its FLOPs scale with (Fedus et al. 2021, section 2)."""
+    return (
+        embedding_parameter_count(shape)
+        + shape.layers * active_layer_parameter_count(shape)
+        + float(shape.hidden_size)
+    )
 
 
 def parameter_count(shape: ModelShape) -> float:

@@ -10,7 +10,10 @@ fraction of the dense peak plus HBM bytes at an achieved fraction of the bandwid
 the efficiency of a matrix multiply depends on its shape rather than on one global MFU.
 Collectives cost latency plus volume over bandwidth (`planner.collectives`: the ring and
 tree costs and NCCL's latency model); a group spanning nodes uses the network ports of its
-members in each node.
+members in each node. A mixture-of-experts layer runs its router, its shared experts and,
+on each expert-parallel rank, its local experts over the tokens routed to them (the
+busiest rank's share sets the pace), with an all-to-all dispatch before and combine after
+(`expert_comm_seconds_per_layer_pass`).
 """
 
 from __future__ import annotations
@@ -23,20 +26,24 @@ from trainplan.planner.collectives import (
     Communicator,
     all_gather_seconds,
     all_reduce_seconds,
+    all_to_all_seconds,
     point_to_point_seconds,
     reduce_scatter_seconds,
 )
 from trainplan.planner.finetune import adapted_matrices
+from trainplan.planner.flops import attention_core_flops_per_token
 from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.memory import (
     activation_element_bytes,
     frozen_weight_bytes_per_parameter,
     local_tokens,
     stage_adapter_parameter_count,
+    stage_expert_parameter_count,
     stage_parameter_count,
     state_bytes_per_parameter,
+    zero_sharded,
 )
-from trainplan.planner.shapes import ModelShape, layer_parameter_count
+from trainplan.planner.shapes import ModelShape, attention_projections, layer_parameter_count
 from trainplan.planner.stages import split_of
 
 FLASH_CAUSAL_FRACTION = 0.5  # a causal fused kernel skips the masked half of the scores
@@ -55,6 +62,8 @@ class StepTime:
     optimizer_seconds: float
     context_comm_seconds: float = 0.0
     """Ring attention's key/value exchange left exposed behind the attention core."""
+    expert_comm_seconds: float = 0.0
+    """The experts' all-to-all dispatch and combine left exposed."""
 
     @property
     def step_seconds(self) -> float:
@@ -62,6 +71,7 @@ class StepTime:
             self.compute_seconds
             + self.tensor_comm_seconds
             + self.context_comm_seconds
+            + self.expert_comm_seconds
             + self.pipeline_bubble_seconds
             + self.pipeline_comm_seconds
             + self.data_comm_seconds
@@ -130,20 +140,23 @@ def layer_pass_seconds(
     tokens = local_tokens(layout, shape)
     h = shape.hidden_size
     f = shape.ffn_hidden_size
-    qkv_width = h + 2 * shape.kv_heads * shape.head_dim
-    up_width = f * (2 if shape.gated_mlp else 1)
 
-    gemms = (
-        gemm_seconds(device, tokens, qkv_width / t, h, e)
-        + gemm_seconds(device, tokens, h, h / t, e)
-        + gemm_seconds(device, tokens, up_width / t, h, e)
-        + gemm_seconds(device, tokens, h, f / t, e)
-    )
+    projections = attention_projections(shape)
+    # Every projection's output is split over the tensor ranks but the last's input.
+    terms = [gemm_seconds(device, tokens, d_out / t, d_in, e) for d_in, d_out in projections[:-1]]
+    d_in, d_out = projections[-1]
+    terms.append(gemm_seconds(device, tokens, d_out, d_in / t, e))
+    terms += _mlp_gemm_seconds(workload, layout, calibration, device, tokens)
+    gemms = sum(terms, 0.0)
     heads_per_gpu = shape.attention_heads / t
     query_rows = shape.sequence_length / layout.context  # a context rank's queries
     score_elements = layout.micro_batch_size * heads_per_gpu * query_rows * shape.sequence_length
     if workload.attention == "flash":
-        core_flops = 4.0 * tokens * shape.sequence_length * h / t * FLASH_CAUSAL_FRACTION
+        if shape.latent_attention is None:
+            width = shape.attention_width
+            core_flops = 4.0 * tokens * shape.sequence_length * width / t * FLASH_CAUSAL_FRACTION
+        else:
+            core_flops = attention_core_flops_per_token(shape) * tokens / t * FLASH_CAUSAL_FRACTION
         attention_forward = core_flops / device.flash_flops_per_second
         attention_backward = _FLASH_BACKWARD_RATIO * attention_forward
     else:
@@ -161,7 +174,7 @@ def layer_pass_seconds(
     hidden_share = h / t if layout.sequence_parallel else h
     elementwise_bytes = tokens * (
         calibration.elementwise_bytes_per_hidden * hidden_share
-        + e * (f / t) * (3 if shape.gated_mlp else 2)
+        + e * (_active_mlp_width(shape, f) / t) * (3 if shape.gated_mlp else 2)
     )
     elementwise = elementwise_bytes / device.hbm_bytes_per_second
     forward = gemms + attention_forward + elementwise + device.kernel_overhead_seconds
@@ -197,6 +210,80 @@ def layer_pass_seconds(
         backward_seconds=backward,
         attention_backward_seconds=attention_backward,
     )
+
+
+def _active_mlp_width(shape: ModelShape, dense_width: int) -> float:
+    """Inner MLP width a token passes through in the mean layer: the dense width, or an
+    MoE layer's top-k experts and its shared ones."""
+    experts = shape.experts
+    if experts is None:
+        return dense_width
+    moe = experts.per_token * experts.ffn_hidden_size + experts.shared_width
+    fraction = shape.moe_layer_fraction
+    return (1.0 - fraction) * dense_width + fraction * moe
+
+
+def routed_rows_factor(workload: Workload, layout: Layout, calibration: Calibration) -> float:
+    """Tokens the busiest expert-parallel rank processes over an even share: with one
+    rank, all of them (1); else the calibration's dropless imbalance, capped by an expert
+    capacity factor, which drops what exceeds it (Fedus et al. 2021, section 2.2)."""
+    if layout.expert == 1:
+        return 1.0
+    imbalance = calibration.moe_load_imbalance
+    capacity = workload.expert_capacity_factor
+    return imbalance if capacity is None else min(imbalance, capacity)
+
+
+def _mlp_gemm_seconds(
+    workload: Workload, layout: Layout, calibration: Calibration, device: _Device, tokens: float
+) -> list[float]:
+    """The MLP's matrix multiplies of the mean layer, each term one kernel (or one kernel
+    weighted by the share of layers that run it).
+
+    Dense: the up (and gate) projection and the down projection. MoE: the router
+    (h x experts, not split), the shared experts, and the local experts (experts / EP of
+    them, each split over the expert-tensor ranks) over the busiest rank's tokens
+    (`routed_rows_factor`), one GEMM per expert, so that small per-expert batches pay for
+    their weights' traffic; plus the token permutation before and after (each routed copy
+    read and written twice)."""
+    shape = workload.shape
+    e = activation_element_bytes(workload.precision)
+    t = layout.tensor
+    h = shape.hidden_size
+    gate = 2 if shape.gated_mlp else 1
+
+    def mlp(rows: float, width: float) -> list[float]:
+        return [
+            gemm_seconds(device, rows, width * gate / t, h, e),
+            gemm_seconds(device, rows, h, width / t, e),
+        ]
+
+    dense = mlp(tokens, shape.ffn_hidden_size)
+    experts = shape.experts
+    if experts is None:
+        return dense
+    local_experts = experts.routed / layout.expert
+    # A rank dispatches its sequence-parallel share (tokens / t); each of the busiest
+    # rank's experts then sees its share of the k copies, gathered over expert-tensor ranks.
+    rows = (
+        tokens
+        * experts.per_token
+        * routed_rows_factor(workload, layout, calibration)
+        * layout.expert_tensor
+        / t
+    )
+    etp = layout.expert_tensor
+    routed_terms = [
+        gemm_seconds(device, rows / local_experts, experts.ffn_hidden_size * gate / etp, h, e),
+        gemm_seconds(device, rows / local_experts, h, experts.ffn_hidden_size / etp, e),
+    ]
+    routed = sum(routed_terms, 0.0) * local_experts
+    shared = sum(mlp(tokens, experts.shared_width), 0.0) if experts.shared_width else 0.0
+    router = gemm_seconds(device, tokens, experts.routed, h, e)
+    permute = 4.0 * rows * h * e / device.hbm_bytes_per_second
+    fraction = shape.moe_layer_fraction
+    moe = router + shared + routed + permute
+    return [(1.0 - fraction) * term for term in dense] + [fraction * moe]
 
 
 def logits_pass_seconds(workload: Workload, layout: Layout, calibration: Calibration) -> float:
@@ -358,6 +445,68 @@ def context_comm_seconds_per_layer_pass(
     return exposed
 
 
+def expert_comm_seconds_per_layer_pass(
+    workload: Workload, layout: Layout, calibration: Calibration, layer: LayerPassSeconds
+) -> float:
+    """The experts' exposed all-to-all of the mean layer, one micro-batch, forward and
+    backward.
+
+    An MoE layer dispatches each token's k copies to the ranks holding their experts and
+    combines the results back: two all-to-alls forward, two backward (their gradients),
+    two more when the forward is recomputed (Lepikhin et al. 2020, GShard, arXiv
+    2006.16668, section 2.2). A rank sends its sequence-parallel share of the tokens
+    (tokens / t), the busiest receiving `routed_rows_factor` times an even share.
+    Expert-parallel ranks lie expert-tensor ranks apart (Megatron-Core's expert rank
+    order: expert-tensor, expert, expert-data), `members` of them on a node and the rest
+    on n - 1 other nodes. Across nodes a token goes once to each node that holds one of
+    its experts and is forwarded inside it over NVLink (DeepSeek-AI 2024, DeepSeek-V3,
+    arXiv 2412.19437, section 3.2.2; DeepEP's internode kernels; Megatron-Core's flex
+    dispatcher): with experts spread evenly, (n - 1) (1 - (1 - 1/n)^k) network copies a
+    token; its k (members - 1) / members copies within nodes move over NVLink. Under fp8
+    training the forward dispatch sends fp8 activations (one byte, section 3.3 of the
+    same report); the combine and the gradients stay bf16. Where the framework overlaps
+    them (`Workload.expert_comm_overlap`), only what the layer's compute does not hide is
+    exposed (DeepSeek-V3's DualPipe, section 3.2.1; Megatron-Core's combined 1F1B).
+    """
+    experts = workload.shape.experts
+    ep = layout.expert
+    if experts is None or ep == 1:
+        return 0.0
+    shape = workload.shape
+    tokens = (
+        local_tokens(layout, shape)
+        * routed_rows_factor(workload, layout, calibration)
+        / layout.tensor
+    )
+    members = max(1, min(ep, workload.nvlink_domain_gpus // layout.expert_tensor))
+    nodes = -(-ep // members)
+    k = experts.per_token
+    network_copies = (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** k)
+    intra_copies = k * (members - 1) / members
+    group = communicator(workload, ep, members, calibration)
+    intra = collective_bandwidth_bytes_per_second(workload, members, members, calibration)
+    group = replace(group, bandwidth_bytes_per_second=intra)
+    network = workload.gpu.network_bandwidth_bytes_per_second * calibration.network_efficiency
+    e = activation_element_bytes(workload.precision)
+    dispatch_bytes = 1 if workload.precision == "fp8" else e
+
+    def one(element_bytes: int) -> float:
+        row = tokens * shape.hidden_size * element_bytes
+        return all_to_all_seconds(row * intra_copies, row * network_copies, group, network)
+
+    # Forward dispatch and combine; backward: the gradients of both.
+    seconds = one(dispatch_bytes) + 3 * one(e)
+    if layout.checkpointing == "full":
+        seconds += one(dispatch_bytes) + one(e)
+    seconds *= shape.moe_layer_fraction
+    if workload.expert_comm_overlap and (layout.pipeline == 1 or layout.virtual_stages > 1):
+        # Combined 1F1B: one micro-batch's all-to-all runs under another's layer compute
+        # (Megatron-Core's EP overlap needs no pipeline or an interleaved one).
+        hidden = calibration.expert_comm_overlap * (layer.forward_seconds + layer.backward_seconds)
+        return max(0.0, seconds - hidden)
+    return seconds
+
+
 def gradient_buckets(layout: Layout, parameters: float, calibration: Calibration) -> int:
     """Collectives per step of a bucketed data-parallel reduction (ZeRO 0-2): the
     parameters over Megatron-LM's default bucket, max(40M, 1M x data ranks) parameters."""
@@ -388,13 +537,49 @@ def data_comm_seconds(
     d = layout.replicas
     if d == 1:
         return 0.0
-    state = state_bytes_per_parameter(workload.precision, workload.optimizer)
     params = stage_parameter_count(workload.shape, layout)
+    experts = stage_expert_parameter_count(workload.shape, layout)
+    # Routed experts reduce over their expert-data ranks, tensor x expert ranks apart;
+    # the other weights over all data x context ranks.
+    seconds = _reduction_seconds(
+        workload, layout, calibration, params - experts, ranks=d, spacing=layout.tensor
+    )
+    if experts:
+        seconds += _reduction_seconds(
+            workload,
+            layout,
+            calibration,
+            experts,
+            ranks=layout.expert_replicas,
+            spacing=layout.expert * layout.expert_tensor,
+        )
+    if layout.zero_stage >= 3:
+        hidden = calibration.zero3_overlap * 3.0 * backward_seconds_per_micro_batch / 2.0
+        return max(0.0, seconds - layout.accumulation_steps * hidden)
+    hidden = calibration.data_parallel_overlap * backward_seconds_per_micro_batch
+    return max(seconds * (1 - calibration.data_parallel_overlap), seconds - hidden)
+
+
+def _reduction_seconds(
+    workload: Workload,
+    layout: Layout,
+    calibration: Calibration,
+    params: float,
+    *,
+    ranks: int,
+    spacing: int,
+) -> float:
+    """Collective seconds of one step (`data_comm_seconds`, before overlap) for `params`
+    of one GPU, reduced over `ranks` ranks that lie `spacing` ranks apart."""
+    if ranks == 1 or params <= 0:
+        return 0.0
+    state = state_bytes_per_parameter(workload.precision, workload.optimizer)
     # Gradients exist for what trains: every weight, or the adapters on a frozen base.
     trained = (
         stage_adapter_parameter_count(workload, layout) if workload.tuning.adapters else params
     )
-    group = communicator(workload, d, _data_members_per_node(workload, layout), calibration)
+    members = max(1, min(ranks, workload.nvlink_domain_gpus // spacing))
+    group = communicator(workload, ranks, members, calibration)
     if layout.zero_stage >= 3:
         # The stage's layers plus one unit for the embedding and output layer.
         units = split_of(workload.shape.layers, layout.pipeline).most + 1
@@ -403,30 +588,30 @@ def data_comm_seconds(
             2 * all_gather_seconds(params / units * weight_bytes, group)
             + reduce_scatter_seconds(trained / units * state.gradients, group)
         )
-        hidden = calibration.zero3_overlap * 3.0 * backward_seconds_per_micro_batch / 2.0
-        return layout.accumulation_steps * max(0.0, per_micro_batch - hidden)
+        return layout.accumulation_steps * per_micro_batch
     buckets = gradient_buckets(layout, trained, calibration)
     per_bucket = trained / buckets
     if layout.zero_stage >= 1:
-        reduction = buckets * (
+        return buckets * (
             reduce_scatter_seconds(per_bucket * state.gradients, group)
             + all_gather_seconds(per_bucket * state.weights, group)
         )
-    else:
-        reduction = buckets * all_reduce_seconds(per_bucket * state.gradients, group)
-    hidden = calibration.data_parallel_overlap * backward_seconds_per_micro_batch
-    return max(reduction * (1 - calibration.data_parallel_overlap), reduction - hidden)
+    return buckets * all_reduce_seconds(per_bucket * state.gradients, group)
 
 
 def optimizer_seconds(workload: Workload, layout: Layout, calibration: Calibration) -> float:
     """The optimizer update: memory-bound over the local (ZeRO-sharded) trained parameters."""
-    params = (
-        stage_adapter_parameter_count(workload, layout)
-        if workload.tuning.adapters
-        else stage_parameter_count(workload.shape, layout)
-    )
-    if layout.zero_stage >= 1:
-        params /= layout.replicas
+    if workload.tuning.adapters:
+        params = stage_adapter_parameter_count(workload, layout)
+        if layout.zero_stage >= 1:
+            params /= layout.replicas
+    else:
+        params = zero_sharded(
+            stage_parameter_count(workload.shape, layout),
+            stage_expert_parameter_count(workload.shape, layout),
+            layout,
+            layout.zero_stage >= 1,
+        )
     arch = calibration.architecture(workload.gpu.architecture)
     bandwidth = workload.gpu.hbm_bandwidth_bytes_per_second * arch.hbm_efficiency
     return params * calibration.optimizer_bytes_per_parameter / bandwidth
@@ -458,10 +643,13 @@ def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> S
     stage_context = slowest_layers * context_comm_seconds_per_layer_pass(
         workload, layout, calibration, layer
     )
+    stage_expert = slowest_layers * expert_comm_seconds_per_layer_pass(
+        workload, layout, calibration, layer
+    )
     m = layout.accumulation_steps
     p = layout.pipeline
     v = layout.virtual_stages
-    bubble = (p - 1) / v * (stage_compute + stage_tensor + stage_context)
+    bubble = (p - 1) / v * (stage_compute + stage_tensor + stage_context + stage_expert)
 
     p2p = 0.0
     if p > 1:
@@ -479,6 +667,7 @@ def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> S
         compute_seconds=factor * m * stage_compute,
         tensor_comm_seconds=factor * m * stage_tensor,
         context_comm_seconds=factor * m * stage_context,
+        expert_comm_seconds=factor * m * stage_expert,
         pipeline_bubble_seconds=factor * bubble,
         pipeline_comm_seconds=factor * p2p,
         data_comm_seconds=factor * data,

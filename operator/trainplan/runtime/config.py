@@ -202,6 +202,12 @@ _OPTIONS: Final = (
     _Option("context_parallel", "--context-parallel", _parse_int,
             "context-parallel degree (only 1: the trainer splits no sequence over ranks)",
             schema.ENV_CONTEXT_PARALLEL, "N"),
+    _Option("expert_parallel", "--expert-parallel", _parse_int,
+            "expert-parallel degree (only 1: the trainer's model has no experts)",
+            schema.ENV_EXPERT_PARALLEL, "N"),
+    _Option("expert_tensor_parallel", "--expert-tensor-parallel", _parse_int,
+            "expert-tensor-parallel degree (only 1: the trainer's model has no experts)",
+            schema.ENV_EXPERT_TENSOR_PARALLEL, "N"),
     _Option("sequence_parallel", "--sequence-parallel", _parse_bool,
             "sequence parallelism with tensor parallelism (true/false)",
             schema.ENV_SEQUENCE_PARALLEL, "BOOL"),
@@ -430,6 +436,13 @@ def _resolve(parsed: dict[str, Any], world_size: int, problems: list[str]) -> Tr
             f"context parallelism {context}: the reference trainer splits no sequence over"
             " ranks; use framework megatron or torchtitan, or context 1"
         )
+    for key, what in (("expert_parallel", "expert"), ("expert_tensor_parallel", "expert-tensor")):
+        degree = parsed.get(key, 1)
+        if degree != 1:
+            problems.append(
+                f"{what} parallelism {degree}: the reference trainer's model has no experts;"
+                " use framework megatron or torchtitan"
+            )
     method = str(parsed.get("training_method", "pretrain"))
     if method in ("lora", "qlora"):
         problems.append(
