@@ -79,6 +79,13 @@ WIDEST = {
         "objective": {"maxGPUs": 1_000_000},
         "job": {"framework": "megatron"},
     },
+    "Qwen3-30B-A3B, 128 experts (expert degrees searched), batch 14,414,400, maxGPUs 1,000,000": {
+        "model": {"preset": "qwen3-30b-a3b", "sequenceLength": 4_096},
+        "data": {"tokens": 1e12},
+        "batch": {"globalBatchSize": 14_414_400},
+        "objective": {"maxGPUs": 1_000_000},
+        "job": {"framework": "megatron"},
+    },
 }
 """The widest searches found; each stops at the layout budget with a PlanInputError."""
 

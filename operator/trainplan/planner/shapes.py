@@ -10,7 +10,7 @@ Pure: standard library only; no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +112,9 @@ class ModelShape:
     declared_head_dim: int | None = None
     experts: Experts | None = None
     latent_attention: LatentAttention | None = None
+    _projections: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+    _layer_parameters: float = field(init=False, repr=False, compare=False)
+    _expert_layer_parameters: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in (
@@ -138,6 +141,11 @@ class ModelShape:
                 f"attention_heads ({self.attention_heads}) must be divisible by "
                 f"kv_heads ({self.kv_heads})"
             )
+        # Per-layer counts, read on every layout the search prices: computed once.
+        object.__setattr__(self, "_projections", _attention_projections(self))
+        object.__setattr__(self, "_expert_layer_parameters", _expert_layer_parameters(self))
+        routed = 0 if self.experts is None else self.experts.routed
+        object.__setattr__(self, "_layer_parameters", _layer_parameters(self, routed))
 
     @property
     def head_dim(self) -> int:
@@ -170,6 +178,11 @@ def embedding_parameter_count(shape: ModelShape) -> float:
 
 
 def attention_projections(shape: ModelShape) -> tuple[tuple[int, int], ...]:
+    """(d_in, d_out) of each linear map of one layer's attention (`_attention_projections`)."""
+    return shape._projections
+
+
+def _attention_projections(shape: ModelShape) -> tuple[tuple[int, int], ...]:
     """(d_in, d_out) of each linear map of one layer's attention, in the order a forward
     pass runs them.
 
@@ -219,6 +232,10 @@ def mlp_parameter_count(hidden_size: int, inner_width: int, gated: bool) -> floa
 
 def expert_layer_parameter_count(shape: ModelShape) -> float:
     """Routed experts' weights of the mean layer: what expert parallelism splits."""
+    return shape._expert_layer_parameters
+
+
+def _expert_layer_parameters(shape: ModelShape) -> float:
     experts = shape.experts
     if experts is None:
         return 0.0
@@ -255,9 +272,14 @@ def layer_parameter_count(shape: ModelShape) -> float:
     Norms: two per layer with h weights each (RMSNorm; a LayerNorm's bias would add h more
     per norm).
     """
-    routed = 0 if shape.experts is None else shape.experts.routed
+    return shape._layer_parameters
+
+
+def _layer_parameters(shape: ModelShape, routed_experts: int) -> float:
+    """`layer_parameter_count` with `routed_experts` experts per MoE layer counted."""
     norms = 2 * shape.hidden_size
-    return attention_parameter_count(shape) + _mlp_layer_parameter_count(shape, routed) + norms
+    mlp = _mlp_layer_parameter_count(shape, routed_experts)
+    return attention_parameter_count(shape) + mlp + norms
 
 
 def active_layer_parameter_count(shape: ModelShape) -> float:
@@ -265,9 +287,7 @@ def active_layer_parameter_count(shape: ModelShape) -> float:
     routed experts instead of all of them (equal to `layer_parameter_count` when dense)."""
     if shape.experts is None:
         return layer_parameter_count(shape)
-    norms = 2 * shape.hidden_size
-    active = _mlp_layer_parameter_count(shape, shape.experts.per_token)
-    return attention_parameter_count(shape) + active + norms
+    return _layer_parameters(shape, shape.experts.per_token)
 
 
 def active_parameter_count(shape: ModelShape) -> float:
