@@ -86,6 +86,8 @@ MOE_MODEL_NAMES = (
     "deepseek-v3",
 )
 """Mixture-of-experts presets (some with declared head widths or latent attention)."""
+DECLARED_HEAD_MODEL_NAMES = ("gemma-2-2b", "gemma-2-9b", "gemma-2-27b")
+"""Presets whose heads are not hiddenSize / attentionHeads wide."""
 
 GiB = 2**30
 
@@ -126,7 +128,18 @@ models:
 
 def test_packaged_catalog_loads(catalog: Catalog) -> None:
     assert catalog.gpu_names() == GPU_NAMES
-    assert catalog.model_names() == MODEL_NAMES + MOE_MODEL_NAMES
+    assert catalog.model_names() == MODEL_NAMES + MOE_MODEL_NAMES + DECLARED_HEAD_MODEL_NAMES
+
+
+@pytest.mark.parametrize("name", DECLARED_HEAD_MODEL_NAMES)
+def test_declared_head_widths_count_the_checkpoint(catalog: Catalog, name: str) -> None:
+    """Gemma 2's queries are heads x headDim wide, not hiddenSize: the shape's count is
+    the released checkpoint's less its two extra norms a layer (under 0.01%)."""
+    preset = catalog.model(name)
+    shape = preset.shape
+    assert shape.attention_width != shape.hidden_size
+    missing = 2 * shape.layers * shape.hidden_size  # post-attention and post-MLP norms
+    assert parameter_count(shape) + missing == preset.parameters
 
 
 @pytest.mark.parametrize("name", GPU_NAMES)

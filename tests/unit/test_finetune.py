@@ -14,6 +14,7 @@ from trainplan.planner import Catalog, plan
 from trainplan.planner.finetune import (
     NF4_BYTES_PER_PARAMETER,
     FineTuning,
+    adapted_matrices,
     lora_layer_parameter_count,
 )
 from trainplan.planner.flops import model_flops_per_token
@@ -129,3 +130,11 @@ def test_a_lora_plan_trains_the_adapters(catalog: Catalog) -> None:
 def test_adapter_settings_are_checked(training: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         TrainingPlanSpec.model_validate({**SPEC, "training": training})
+
+
+def test_adapters_follow_a_declared_head_width(catalog: Catalog) -> None:
+    """Gemma 2 9B's query projection is 3,584 x 4,096 (16 heads of 256), its output
+    projection 4,096 x 3,584."""
+    shape = catalog.model("gemma-2-9b").shape
+    matrices = adapted_matrices(shape, "attention")
+    assert matrices == ((3584, 4096), (3584, 2048), (3584, 2048), (4096, 3584))

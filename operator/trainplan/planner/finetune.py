@@ -64,11 +64,12 @@ PRETRAIN: Final = FineTuning()
 def adapted_matrices(shape: ModelShape, targets: LoraTargets) -> tuple[tuple[int, int], ...]:
     """(d_in, d_out) of each linear map of one layer that gets an adapter."""
     h = shape.hidden_size
+    heads = shape.attention_width  # h unless the head width is declared
     kv = shape.kv_heads * shape.head_dim
     f = shape.ffn_hidden_size
     if targets == "query-value":
-        return ((h, h), (h, kv))
-    attention = ((h, h), (h, kv), (h, kv), (h, h))
+        return ((h, heads), (h, kv))
+    attention = ((h, heads), (h, kv), (h, kv), (heads, h))
     if targets == "attention":
         return attention
     up = ((h, f), (h, f)) if shape.gated_mlp else ((h, f),)
