@@ -151,6 +151,8 @@ class BudgetWrite:
     status: dict[str, Any]
     events: tuple[tuple[str, str, str], ...]
     summary: BudgetSummary
+    computed_at: datetime
+    """The clock reading the figures were computed at."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -193,7 +195,7 @@ async def _write(
         subresource="status",
         resource_version=meta.get("resourceVersion"),
     )
-    return BudgetWrite(budget_body, status, tuple(events), summary)
+    return BudgetWrite(budget_body, status, tuple(events), summary, now)
 
 
 async def reserve(

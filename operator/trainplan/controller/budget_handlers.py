@@ -40,7 +40,8 @@ async def record_write(context: ControllerContext, written: BudgetWrite | None) 
     """After a budget write: its figures into the operator metrics, its Events posted."""
     if written is None:
         return
-    context.metrics.record_budget(*written.key, budget_figures(written.summary))
+    figures = budget_figures(written.summary, written.computed_at)
+    context.metrics.record_budget(*written.key, figures)
     now = context.clock().isoformat()
     for event_type, reason, message in written.events:
         await context.api().create(event_for(written.budget, event_type, reason, message, now))

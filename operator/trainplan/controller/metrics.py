@@ -16,13 +16,14 @@ OperatorMetrics = PlanMetrics
 """The operator's collector: every plan it handles and every budget."""
 
 
-def budget_figures(summary: BudgetSummary) -> BudgetFigures:
-    """A budget's figures for the metrics."""
+def budget_figures(summary: BudgetSummary, computed_at: datetime | None = None) -> BudgetFigures:
+    """A budget's figures for the metrics, computed at `computed_at`."""
     return BudgetFigures(
         limit_gpu_hours=summary.limit_gpu_hours,
         used_gpu_hours=summary.used_gpu_hours,
         committed_gpu_hours=summary.committed_gpu_hours,
         remaining_gpu_hours=summary.remaining_gpu_hours,
+        computed_at=computed_at,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -75,6 +76,9 @@ class BudgetFigures:
     used_gpu_hours: float
     committed_gpu_hours: float
     remaining_gpu_hours: float
+    computed_at: datetime | None = None
+    """When the figures were computed (the writer's clock): figures computed before the
+    ones kept are stale and are not recorded (`record_budget`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +105,18 @@ class PlanMetrics(Collector):
             self._calibrations[name] = figures
 
     def record_budget(self, namespace: str, name: str, figures: BudgetFigures) -> None:
+        """Keep a budget's figures, unless those kept were computed later: two revisions
+        of one budget may finish out of order (a timer's and a plan's), and the later
+        status write is the one that stands."""
         with self._lock:
+            kept = self._budgets.get((namespace, name))
+            if (
+                kept is not None
+                and kept.computed_at is not None
+                and figures.computed_at is not None
+                and figures.computed_at < kept.computed_at
+            ):
+                return
             self._budgets[(namespace, name)] = figures
 
     def forget_budget(self, namespace: str, name: str) -> None:
