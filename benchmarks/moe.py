@@ -251,11 +251,76 @@ def whole_run(catalog: Catalog, path: Path = DATA) -> WholeRun:
     )
 
 
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile of `values` by linear interpolation between order statistics (as
+    `benchmarks.plan_ranges` takes them)."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    below = int(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """How much wider than the dense planner's a mixture-of-experts plan's 10-90% ranges
+    are: the rows' measured / planned step-time quantiles (held out of the imbalance fit)
+    over the dense ones."""
+
+    ratio_p10: float
+    ratio_p90: float
+    spread_p10: float
+    spread_p90: float
+    coverage: float
+    """Share of the rows whose measured step lies in the resulting range."""
+    held_out_coverage: float
+    """The same with each source's rows judged by the range of the other sources' rows."""
+
+
+def _range_of(ratios: Sequence[float], calibration: Calibration) -> tuple[float, float]:
+    """The MoE 10-90% ratio range of `ratios`: at least as wide as the dense one."""
+    p10 = min(calibration.step_seconds_ratio_p10, quantile(ratios, 0.1))
+    p90 = max(calibration.step_seconds_ratio_p90, quantile(ratios, 0.9))
+    return p10, p90
+
+
+def spread(evaluation: Evaluation, calibration: Calibration) -> Spread:
+    ratios = [1.0 / (1.0 + priced.error) for priced in evaluation.held_out]
+    p10, p90 = _range_of(ratios, calibration)
+    inside = sum(p10 <= ratio <= p90 for ratio in ratios) / len(ratios)
+    held_inside = 0
+    for source in {priced.row.source for priced in evaluation.held_out}:
+        others = [
+            1.0 / (1.0 + priced.error)
+            for priced in evaluation.held_out
+            if priced.row.source != source
+        ]
+        low, high = _range_of(others, calibration)
+        held_inside += sum(
+            low <= 1.0 / (1.0 + priced.error) <= high
+            for priced in evaluation.held_out
+            if priced.row.source == source
+        )
+    return Spread(
+        ratio_p10=quantile(ratios, 0.1),
+        ratio_p90=quantile(ratios, 0.9),
+        spread_p10=p10 / calibration.step_seconds_ratio_p10,
+        spread_p90=p90 / calibration.step_seconds_ratio_p90,
+        coverage=inside,
+        held_out_coverage=held_inside / len(ratios),
+    )
+
+
 def _mean_abs(priced: Sequence[Priced]) -> float:
     return statistics.mean(abs(p.error) for p in priced)
 
 
-def report(evaluation: Evaluation, run: WholeRun, left_out: Sequence[tuple[str, str]]) -> str:
+def report(
+    evaluation: Evaluation,
+    run: WholeRun,
+    left_out: Sequence[tuple[str, str]],
+    ranges: Spread | None = None,
+) -> str:
     lines = [
         "| row | GPUs | layout | routing | a2a overlap | published s | planned s | error"
         " | held-out fit error | memory fits |",
@@ -281,6 +346,17 @@ def report(evaluation: Evaluation, run: WholeRun, left_out: Sequence[tuple[str, 
         " held out: "
         + ", ".join(f"{s} {v:.2f}" for s, v in evaluation.held_out_imbalances.items())
         + ".",
+        *(
+            [
+                f"Measured / planned step time: 10th percentile {ranges.ratio_p10:.3f}, 90th"
+                f" {ranges.ratio_p90:.3f}; spread over the dense ranges (calibration.yaml"
+                f" moe_range_spread_p10, _p90): {ranges.spread_p10:.4f}, {ranges.spread_p90:.4f};"
+                f" {ranges.coverage:.0%} of the rows inside the resulting 10-90% range,"
+                f" {ranges.held_out_coverage:.0%} inside the range of the other sources' rows."
+            ]
+            if ranges is not None
+            else []
+        ),
         f"DeepSeek-V3 pre-training ({run.layout}): planned {run.planned_gpu_hours:,.0f}"
         f" GPU-hours (10-90%: {run.planned_p10:,.0f}-{run.planned_p90:,.0f}) against"
         f" {run.published_gpu_hours:,.0f} published ({run.error:+.1%}).",
@@ -294,7 +370,8 @@ def main() -> int:
     catalog = load_catalog()
     rows, left_out = load_rows(catalog)
     evaluation = evaluate(rows, catalog.calibration)
-    print(report(evaluation, whole_run(catalog), left_out))
+    ranges = spread(evaluation, catalog.calibration)
+    print(report(evaluation, whole_run(catalog), left_out, ranges))
     return 0
 
 

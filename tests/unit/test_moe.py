@@ -19,7 +19,11 @@ from trainplan.planner.collectives import Communicator, all_to_all_seconds
 from trainplan.planner.flops import model_flops_per_token
 from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.layout import Layout, Workload
-from trainplan.planner.memory import estimate_memory, stage_expert_parameter_count
+from trainplan.planner.memory import (
+    estimate_memory,
+    module_recompute_bytes_per_token,
+    stage_expert_parameter_count,
+)
 from trainplan.planner.search import LayoutPins, expert_degrees, generate_layouts
 from trainplan.planner.serving import ServingLoad, kv_cache_bytes_per_token, price_replica
 from trainplan.planner.shapes import (
@@ -241,6 +245,20 @@ def test_expert_degrees_are_searched_where_the_framework_places_them(catalog: Ca
     layouts = list(generate_layouts(work, 16, LayoutPins(tensor=2, pipeline=1, zero_stage=1)))
     # Expert ranks come from the 2 x 8 tensor x data ranks: degree 2 x (1, 2, 4, 8) <= 16.
     assert {layout.expert for layout in layouts} == {1, 2, 4, 8}
+
+
+def test_an_moe_plan_carries_the_wider_moe_ranges(catalog: Catalog) -> None:
+    calibration = catalog.calibration
+    result = plan(spec_with(), catalog)
+    assert result.step_seconds_range is not None
+    low = calibration.step_seconds_ratio_p10 * calibration.moe_range_spread_p10
+    assert result.step_seconds_range.p10 == pytest.approx(result.step_seconds * low)
+    assert calibration.moe_range_spread_p10 < 1.0 < calibration.moe_range_spread_p90
+    dense = plan(spec_with(model={"preset": "llama3-8b"}), catalog)
+    assert dense.step_seconds_range is not None
+    assert dense.step_seconds_range.p90 == pytest.approx(
+        dense.step_seconds * calibration.step_seconds_ratio_p90
+    )
 
 
 def test_a_mixtral_plan_splits_its_experts(catalog: Catalog) -> None:
@@ -468,3 +486,54 @@ def test_a_small_decode_batch_reads_only_the_experts_it_reaches(catalog: Catalog
     assert one.decode_step_seconds == pytest.approx(dense_one.decode_step_seconds, rel=0.05)
     # 64 tokens reach every expert: the whole 46.7B are read.
     assert many.decode_step_seconds > 3 * one.decode_step_seconds
+
+
+# --- selective recomputation of modules -------------------------------------------------
+
+
+def test_selective_recompute_rebuilds_modules_on_moe_and_latent_models(catalog: Catalog) -> None:
+    """On an MoE or latent-attention model, selective recomputation frees the norms'
+    outputs, the experts' activations and latent attention's per-head queries, keys and
+    values, for their forward again; on a dense model it is the attention core alone, as
+    before."""
+    shape = replace(catalog.model("deepseek-v2-lite").shape, sequence_length=4096)
+    work = Workload(
+        shape=shape, gpu=catalog.gpu("H100-SXM5-80GB"), gpus_per_node=8, global_batch_size=8
+    )
+    calibration = catalog.calibration
+    none, selective = (
+        Layout(
+            tensor=1,
+            pipeline=1,
+            data=1,
+            micro_batch_size=1,
+            accumulation_steps=8,
+            checkpointing=level,
+        )
+        for level in ("none", "selective")
+    )
+    freed = module_recompute_bytes_per_token(shape, selective, "bf16")
+    heads = shape.attention_heads
+    assert freed == pytest.approx(
+        2 * 2 * 2048  # two norm outputs
+        + 2 * (6 * 1408 + 2816) * 26 / 27  # the experts' activations, 26 of 27 layers MoE
+        + 2 * heads * (2 * 192 + 128)  # queries, keys and values of 16 heads
+    )
+    kept = estimate_memory(work, none, calibration).activations_bytes
+    assert estimate_memory(work, selective, calibration).activations_bytes < 0.8 * kept
+    slower = step_time(work, selective, calibration).compute_seconds
+    assert step_time(work, none, calibration).compute_seconds < slower
+    dense = replace(shape, experts=None, latent_attention=None)
+    assert module_recompute_bytes_per_token(dense, selective, "bf16") == 0.0
+
+
+def test_megatron_recomputes_the_modules_the_plan_priced(catalog: Catalog) -> None:
+    spec = spec_with(
+        model={"preset": "deepseek-v2-lite"},
+        objective={"gpus": 16},
+        parallelism={"activationCheckpointing": "selective"},
+    )
+    args = _program_args(_rendered(catalog, spec))
+    start = args.index("--recompute-modules")
+    assert args[start + 1 : start + 5] == ["core_attn", "layernorm", "moe_act", "mla_up_proj"]
+    assert "--recompute-modules" in _megatron_flags()

@@ -27,7 +27,8 @@ flag wins, so they can override them).
   expert capacity factor when set, and `--overlap-moe-expert-parallel-comm
   --delay-wgrad-compute` where the plan priced that overlap (experts split, no pipeline
   or an interleaved one); latent attention as `--multi-latent-attention` with its ranks
-  and head widths, a declared head width as `--kv-channels` (flag names as in
+  and head widths, a declared head width as `--kv-channels`, selective recomputation as
+  `--recompute-modules core_attn layernorm moe_act mla_up_proj` (flag names as in
   Megatron-LM core_v0.19.0). torchtitan's `--parallelism.expert_parallel_degree` and
   `--parallelism.expert_tensor_parallel_degree` (torchtitan v0.2.0, which runs expert
   tensor degree 1 or the tensor degree only; the model's experts come from its
@@ -201,6 +202,12 @@ def megatron_arguments(
         ]
     elif layout.activation_checkpointing == "selective":
         args += ["--recompute-granularity", "selective"]
+        if shape.recomputes_modules:
+            # As the planner prices it (`memory.module_recompute_bytes_per_token`).
+            modules = ["core_attn", "layernorm"]
+            modules += ["moe_act"] if shape.experts is not None else []
+            modules += ["mla_up_proj"] if shape.latent_attention is not None else []
+            args += ["--recompute-modules", *modules]
     if precision in ("bf16", "fp8"):
         args.append("--bf16")
     elif precision == "fp16":

@@ -80,6 +80,12 @@ class Calibration:
     expert_comm_overlap: float = 1.0
     """Fraction of a layer's forward and backward compute that hides the experts'
     all-to-all where the schedule overlaps them (`Workload.expert_comm_overlap`)."""
+    moe_range_spread_p10: float = 1.0
+    """Multiplies the 10th-percentile ratios of a mixture-of-experts plan's ranges: the
+    published MoE rows' 10th-percentile measured / planned step time
+    (`benchmarks/moe.py`) over `step_seconds_ratio_p10`, at most 1."""
+    moe_range_spread_p90: float = 1.0
+    """The same for the 90th percentile, at least 1."""
     run_goodput: float = 1.0
     """Fraction of a whole run's failure-free wall-clock spent in steady training steps
     (0..1]: the rest is evaluation, warm-up and batch ramp-up, data stalls, stragglers and
@@ -145,6 +151,8 @@ class _CalibrationDocument(BaseModel):
     restart_seconds: float = Field(ge=0)
     moe_load_imbalance: float = Field(default=1.0, ge=1, le=64)
     expert_comm_overlap: float = Field(default=1.0, ge=0, le=1)
+    moe_range_spread_p10: float = Field(default=1.0, gt=0, le=1)
+    moe_range_spread_p90: float = Field(default=1.0, ge=1)
     run_goodput: float = Field(default=1.0, gt=0, le=1)
     step_seconds_ratio_p10: float = Field(default=1.0, gt=0, le=1)
     step_seconds_ratio_p90: float = Field(default=1.0, ge=1)

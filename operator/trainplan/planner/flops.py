@@ -95,13 +95,22 @@ def model_flops_per_token(shape: ModelShape, tuning: FineTuning = PRETRAIN) -> f
 def recompute_flops_per_token(shape: ModelShape, checkpointing: Checkpointing) -> float:
     """Extra forward work of activation recomputation.
 
-    full: the whole layer forward again (Chen et al. 2016); selective: only the attention
-    core (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2); none: nothing.
+    full: the whole layer forward again (Chen et al. 2016); selective: the attention core
+    (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2) and, with latent attention,
+    its up-projections from the latents (`memory.module_recompute_bytes_per_token`); none:
+    nothing.
     """
     if checkpointing == "full":
         return shape.layers * layer_forward_flops_per_token(shape)
     if checkpointing == "selective":
-        return shape.layers * attention_core_flops_per_token(shape)
+        up = 0.0
+        if shape.latent_attention is not None:
+            up = 2.0 * sum(
+                d_in * d_out
+                for d_in, d_out in attention_projections(shape)[:-1]
+                if d_in != shape.hidden_size
+            )
+        return shape.layers * (attention_core_flops_per_token(shape) + up)
     return 0.0
 
 

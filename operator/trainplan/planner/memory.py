@@ -265,11 +265,41 @@ def checkpointed_layer_bytes_per_token(
         stored = e * shape.hidden_size  # the layer input only
         return stored / layout.tensor if layout.sequence_parallel else stored
     full = layer_activation_bytes_per_token(shape, layout, precision, attention)
-    if layout.checkpointing == "selective" and attention == "standard":
+    if layout.checkpointing != "selective":
+        return full
+    if attention == "standard":
         e = activation_element_bytes(precision)
         scores = shape.attention_heads * shape.sequence_length * (2 * e + _MASK_BYTES)
-        return full - scores / layout.tensor
-    return full
+        full -= scores / layout.tensor
+    return full - module_recompute_bytes_per_token(shape, layout, precision)
+
+
+def module_recompute_bytes_per_token(
+    shape: ModelShape, layout: Layout, precision: Precision
+) -> float:
+    """What selective recomputation of modules frees per token and layer
+    (`ModelShape.recomputes_modules`; Megatron-LM's output-discarding checkpoints of
+    `layernorm`, `moe_act` and `mla_up_proj`): the two norms' outputs, the MoE experts'
+    activation outputs, and latent attention's per-head queries, keys and values (rebuilt
+    from the latents). 0 for a dense model."""
+    if not shape.recomputes_modules:
+        return 0.0
+    e = activation_element_bytes(precision)
+    h = shape.hidden_size
+    t = layout.tensor
+    norms = 2 * e * h / (t if layout.sequence_parallel else 1)
+    activation = 0.0
+    experts = shape.experts
+    if experts is not None:
+        width = experts.per_token * experts.ffn_hidden_size + experts.shared_width
+        activation = e * width * shape.moe_layer_fraction / t
+    up_projections = 0.0
+    latent = shape.latent_attention
+    if latent is not None:
+        heads = shape.attention_heads
+        per_head = 2 * latent.query_key_head_dim + latent.value_head_dim
+        up_projections = e * heads * per_head / t
+    return norms + activation + up_projections
 
 
 def in_flight_layer_passes(shape: ModelShape, layout: Layout) -> float:

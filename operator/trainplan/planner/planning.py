@@ -59,6 +59,15 @@ def duration_quantile_factor(calibration: Calibration, confidence: float) -> flo
     return float(calibration.gpu_hours_ratio_p90 ** (z / _Z_90))
 
 
+def _range_spread(workload: Workload, calibration: Calibration) -> tuple[float, float]:
+    """What widens a plan's 10-90% ranges beyond the dense planner's: the published
+    mixture-of-experts rows' wider step-time errors for an MoE model (`benchmarks/moe.py`),
+    nothing for a dense one."""
+    if workload.shape.experts is None:
+        return 1.0, 1.0
+    return calibration.moe_range_spread_p10, calibration.moe_range_spread_p90
+
+
 def _range(value: float, low_ratio: float, high_ratio: float) -> PercentileRange:
     return PercentileRange(p10=value * low_ratio, p90=value * high_ratio)
 
@@ -361,6 +370,7 @@ def _plan_object(
     memory = choice.memory
     compute_seconds = step.step_seconds * resolved.run.total_steps
     tokens_per_step = workload.tokens_per_step
+    low, high = _range_spread(workload, calibration)
     return Plan(
         gpu_type=workload.gpu.name,
         gpus=gpus,
@@ -408,16 +418,18 @@ def _plan_object(
         gpu_hours=choice.gpu_hours,
         step_seconds_range=_range(
             step.step_seconds,
-            calibration.step_seconds_ratio_p10,
-            calibration.step_seconds_ratio_p90,
+            calibration.step_seconds_ratio_p10 * low,
+            calibration.step_seconds_ratio_p90 * high,
         ),
         duration_seconds_range=_range(
             reliability.duration_seconds,
-            calibration.gpu_hours_ratio_p10,
-            calibration.gpu_hours_ratio_p90,
+            calibration.gpu_hours_ratio_p10 * low,
+            calibration.gpu_hours_ratio_p90 * high,
         ),
         gpu_hours_range=_range(
-            choice.gpu_hours, calibration.gpu_hours_ratio_p10, calibration.gpu_hours_ratio_p90
+            choice.gpu_hours,
+            calibration.gpu_hours_ratio_p10 * low,
+            calibration.gpu_hours_ratio_p90 * high,
         ),
         mfu=choice.mfu,
         tokens_per_second_per_gpu=tokens_per_step / step.step_seconds / gpus,

@@ -300,8 +300,9 @@ def _zero_stages(p: int, d: int, pins: LayoutPins, moe: bool = False) -> list[in
 def _checkpointing_levels(workload: Workload, pins: LayoutPins) -> list[Checkpointing]:
     if pins.checkpointing is not None:
         return [pins.checkpointing]
-    if workload.attention == "flash":
-        # A fused kernel stores no scores, so selective recompute saves nothing.
+    if workload.attention == "flash" and not workload.shape.recomputes_modules:
+        # A fused kernel stores no scores, so selective recompute saves nothing (on an MoE
+        # or latent-attention model it also rebuilds modules: `memory`).
         return ["none", "full"]
     return list(CHECKPOINTING_LEVELS)
 

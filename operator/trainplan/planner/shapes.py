@@ -161,6 +161,14 @@ class ModelShape:
         return self.attention_heads * self.head_dim
 
     @property
+    def recomputes_modules(self) -> bool:
+        """Whether selective recomputation also covers the norms, the MoE activation and
+        latent attention's up-projections (Megatron-LM's `--recompute-modules`): for
+        mixture-of-experts and latent-attention models; a dense model's selective
+        recomputation is the attention core alone."""
+        return self.experts is not None or self.latent_attention is not None
+
+    @property
     def moe_layers(self) -> int:
         """Layers whose MLP is a mixture of experts (0 for a dense model)."""
         return 0 if self.experts is None else self.experts.moe_layer_count(self.layers)

@@ -37,6 +37,7 @@ from trainplan.planner.memory import (
     activation_element_bytes,
     frozen_weight_bytes_per_parameter,
     local_tokens,
+    module_recompute_bytes_per_token,
     stage_adapter_parameter_count,
     stage_expert_parameter_count,
     stage_parameter_count,
@@ -127,6 +128,10 @@ class LayerPassSeconds:
     attention_forward_seconds: float
     backward_seconds: float
     attention_backward_seconds: float
+    module_recompute_seconds: float = 0.0
+    """What selective recomputation redoes beyond the attention core
+    (`memory.module_recompute_bytes_per_token`): the norms, the experts' activation and
+    latent attention's up-projections, forward."""
 
 
 def layer_pass_seconds(
@@ -209,7 +214,31 @@ def layer_pass_seconds(
         attention_forward_seconds=attention_forward,
         backward_seconds=backward,
         attention_backward_seconds=attention_backward,
+        module_recompute_seconds=_module_recompute_seconds(workload, layout, device, tokens),
     )
+
+
+def _module_recompute_seconds(
+    workload: Workload, layout: Layout, device: _Device, tokens: float
+) -> float:
+    """Forward time of the modules selective recomputation rebuilds on an MoE or
+    latent-attention model: the freed bytes written again by elementwise kernels that
+    read their inputs (twice the traffic), and latent attention's up-projection GEMMs."""
+    shape = workload.shape
+    if not shape.recomputes_modules:
+        return 0.0
+    freed = module_recompute_bytes_per_token(shape, layout, workload.precision)
+    seconds = 2.0 * tokens * freed / device.hbm_bytes_per_second
+    latent = shape.latent_attention
+    if latent is not None:
+        e = activation_element_bytes(workload.precision)
+        projections = attention_projections(shape)
+        # The up-projections: from each latent to the heads (every projection that reads a
+        # latent rather than the hidden state, the output projection aside).
+        for d_in, d_out in projections[:-1]:
+            if d_in != shape.hidden_size:
+                seconds += gemm_seconds(device, tokens, d_out / layout.tensor, d_in, e)
+    return seconds
 
 
 def _active_mlp_width(shape: ModelShape, dense_width: int) -> float:
@@ -625,7 +654,7 @@ def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> S
     if layout.checkpointing == "full":
         recompute = layer.forward_seconds
     elif layout.checkpointing == "selective":
-        recompute = layer.attention_forward_seconds
+        recompute = layer.attention_forward_seconds + layer.module_recompute_seconds
     # The slowest stage sets the pace: the last (its layers and the logits) or, with an
     # uneven split (`planner.stages`), possibly a middle one with more layers.
     split = split_of(shape.layers, layout.pipeline)
