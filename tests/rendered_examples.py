@@ -89,3 +89,14 @@ def command_lines(command: list[str], args: list[str]) -> str:
             lines.append(token)
             position += 1
     return " \\\n    ".join([" ".join(command), *lines])
+
+
+def training_container(objects: list[Any]) -> dict[str, Any]:
+    """The training container of rendered objects: the Job's, or the JobSet's template's."""
+    workload = objects[-1]
+    if workload["kind"] == "JobSet":
+        template = workload["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    else:
+        template = workload["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    return container  # type: ignore[no-any-return]

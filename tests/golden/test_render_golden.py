@@ -35,6 +35,7 @@ from tests.rendered_examples import (
     command_lines,
     example_objects,
     render_example,
+    training_container,
 )
 from trainplan.planner import Catalog
 
@@ -107,12 +108,7 @@ def test_docs_show_each_frameworks_rendered_command(path: Path, catalog: Catalog
     """docs/frameworks.md shows the rendered command (and ds_config.json) of each example."""
     docs = (ROOT / "docs" / "frameworks.md").read_text(encoding="utf-8")
     objects = example_objects(path, catalog, uid=None)
-    workload = objects[-1]
-    if workload["kind"] == "JobSet":
-        template = workload["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-    else:
-        template = workload["spec"]["template"]
-    (container,) = template["spec"]["containers"]
+    container = training_container(objects)
 
     assert f"```sh\n{command_lines(container['command'], container['args'])}\n```" in docs
     for obj in objects:
