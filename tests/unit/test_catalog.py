@@ -37,6 +37,7 @@ GPU_NAMES = (
     "V100-SXM2-32GB",
     "P100-16GB",
     "K80",
+    "MI300X-OAM-192GB",
 )
 
 MODEL_NAMES = (
@@ -276,7 +277,9 @@ def test_no_bf16_before_ampere(catalog: Catalog, name: str) -> None:
 def test_fp8_only_from_hopper_and_ada_on(catalog: Catalog) -> None:
     with_fp8 = {gpu.name for gpu in catalog.gpus if "fp8" in gpu.peak_flops}
     recent = {
-        gpu.name for gpu in catalog.gpus if gpu.architecture in {"hopper", "ada", "blackwell"}
+        gpu.name
+        for gpu in catalog.gpus
+        if gpu.architecture in {"hopper", "ada", "blackwell", "cdna3"}
     }
     assert with_fp8 == recent
     assert with_fp8 == {
@@ -286,6 +289,7 @@ def test_fp8_only_from_hopper_and_ada_on(catalog: Catalog) -> None:
         "H200-SXM-141GB",
         "H200-NVL-141GB",
         "B200-SXM-180GB",
+        "MI300X-OAM-192GB",
         "GB200-NVL72",
         "L40S",
     }
@@ -403,7 +407,7 @@ def test_load_catalog_from_minimal_texts() -> None:
         (
             MINIMAL_GPU.replace("intraNodeLink: nvlink", "intraNodeLink: infiniband"),
             MINIMAL_MODEL,
-            r"gpus\[0\]\.intraNodeLink .*'nvlink' or 'pcie'",
+            r"gpus\[0\]\.intraNodeLink .*'nvlink', 'infinity-fabric' or 'pcie'",
         ),
         (
             MINIMAL_GPU,

@@ -395,7 +395,7 @@ class LocalObjectReference(ApiModel):
 
 class ResourcesOverride(ApiModel):
     """Limits and requests of the trainer container, merged by resource name over the
-    rendered ones (job.resources and the plan's nvidia.com/gpu)."""
+    rendered ones (job.resources and the plan's nvidia.com/gpu or amd.com/gpu)."""
 
     model_config = ConfigDict(json_schema_extra=_PRESERVE)
 
@@ -498,7 +498,9 @@ class PodSpecOverride(ApiModel):
     tolerations: tuple[Toleration, ...] = Field(
         (),
         max_length=MAX_TOLERATIONS,
-        description="Tolerations added to job.tolerations and the nvidia.com/gpu one.",
+        description=(
+            "Tolerations added to job.tolerations and the GPU's (nvidia.com/gpu or amd.com/gpu)."
+        ),
     )
     priority_class_name: ObjectName | None = Field(
         None, description="PriorityClass of the pods (scheduling priority and preemption)."

@@ -38,12 +38,12 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from trainplan.api.podtemplate import TRAINER_CONTAINER, PodTemplateOverride
+from trainplan.planner.catalog import GPU_RESOURCES
 
 SCHEMA_VERSION: Final = "1.30.0"
 """The Kubernetes version whose pod schema a merged pod template must pass."""
 
 ROOT: Final = "job.podTemplate"
-GPU_RESOURCE: Final = "nvidia.com/gpu"
 HOST_NETWORK_DNS_POLICY: Final = "ClusterFirstWithHostNet"
 
 Path = tuple[str | int, ...]
@@ -253,15 +253,16 @@ def _owned_problems(
             ("limits", trainer.resources.limits),
             ("requests", trainer.resources.requests),
         ):
-            wanted = amounts.get(GPU_RESOURCE)
-            if wanted is not None and quantity_value(wanted) != gpus_per_pod:
-                problems.append(
-                    (
-                        format_path(("spec", "containers", 0, "resources", part, GPU_RESOURCE)),
-                        f"{wanted!r} contradicts the plan's {gpus_per_pod} GPUs per pod; leave "
-                        f"it out, the launcher requests the plan's GPUs",
+            for resource in GPU_RESOURCES.values():
+                wanted = amounts.get(resource)
+                if wanted is not None and quantity_value(wanted) != gpus_per_pod:
+                    problems.append(
+                        (
+                            format_path(("spec", "containers", 0, "resources", part, resource)),
+                            f"{wanted!r} contradicts the plan's {gpus_per_pod} GPUs per pod;"
+                            " leave it out, the launcher requests the plan's GPUs",
+                        )
                     )
-                )
     return problems
 
 

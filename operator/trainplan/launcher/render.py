@@ -11,13 +11,14 @@ Rules worth knowing:
 - GPUs per pod: `plan.gpus / plan.nodes`, i.e. `plan.gpusPerNode` for whole nodes, and
   all of the plan's GPUs for a plan smaller than one node.
 - Node selection: the GPU Feature Discovery label `nvidia.com/gpu.product: <gfd product>`
-  of the plan's GPU, plus the user's `job.nodeSelector` keys. A user value for
-  `nvidia.com/gpu.product` that differs from the plan's GPU is an error (LauncherError):
-  the plan's memory and step time hold for that GPU only; change `hardware.gpuType`.
-- Tolerations: the user's, then `nvidia.com/gpu:NoSchedule` (operator Exists) unless the
-  user already gave exactly that one.
-- `job.resources` go to both requests and limits beside `nvidia.com/gpu`; a different
-  `nvidia.com/gpu` count there is an error.
+  of the plan's GPU (for an AMD GPU, AMD's `amd.com/gpu.product-name`), plus the user's
+  `job.nodeSelector` keys. A user value for that label that differs from the plan's GPU is
+  an error (LauncherError): the plan's memory and step time hold for that GPU only; change
+  `hardware.gpuType`.
+- Tolerations: the user's, then `nvidia.com/gpu:NoSchedule` (`amd.com/gpu` for an AMD
+  GPU; operator Exists) unless the user already gave exactly that one.
+- `job.resources` go to both requests and limits beside `nvidia.com/gpu` (`amd.com/gpu`);
+  a different GPU count there is an error.
 - Environment: `JOB_COMPLETION_INDEX` from the downward API, the `TRAINPLAN_` variables,
   then `job.env`; a user entry replaces a generated one of the same name (its position
   moves to the user's list). `JOB_COMPLETION_INDEX` itself cannot be overridden.
@@ -106,16 +107,13 @@ SHM_VOLUME: Final = "dshm"
 CHECKPOINT_VOLUME: Final = "checkpoints"
 DEEPSPEED_VOLUME: Final = "deepspeed-config"
 
-GPU_RESOURCE: Final = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
-"""Node label written by NVIDIA GPU Feature Discovery; its value is `GPUSpec.gfd_product`."""
 
-GPU_TOLERATION: Final[Mapping[str, str]] = {
-    "key": GPU_RESOURCE,
-    "operator": "Exists",
-    "effect": "NoSchedule",
-}
-"""The toleration for the taint GPU node pools commonly carry (GKE, AKS, NVIDIA docs)."""
+def gpu_toleration(gpu: GPUSpec) -> dict[str, str]:
+    """The toleration for the taint GPU node pools commonly carry, keyed by the GPU's
+    resource (`nvidia.com/gpu`: GKE, AKS, NVIDIA docs; `amd.com/gpu` likewise, where a
+    cluster taints AMD nodes)."""
+    return {"key": gpu.resource_name, "operator": "Exists", "effect": "NoSchedule"}
+
 
 # Kueue's names: kubernetes-sigs/kueue pkg/controller/constants/constants.go (QueueLabel,
 # JobUIDLabel, WorkloadPriorityClassLabel) and apis/kueue/v1beta1/topology_types.go;
@@ -332,23 +330,23 @@ def torchrun_arguments(
 
 
 def _node_selector(spec: TrainingPlanSpec, gpu: GPUSpec) -> dict[str, str]:
-    selector = {GPU_PRODUCT_LABEL: gpu.gfd_product}
-    selector.update(
-        (key, value) for key, value in spec.job.node_selector.items() if key != GPU_PRODUCT_LABEL
-    )
+    label = gpu.product_label
+    selector = {label: gpu.gfd_product}
+    selector.update((key, value) for key, value in spec.job.node_selector.items() if key != label)
     return selector
 
 
-def _tolerations(spec: TrainingPlanSpec) -> list[dict[str, Any]]:
+def _tolerations(spec: TrainingPlanSpec, gpu: GPUSpec) -> list[dict[str, Any]]:
     tolerations = [toleration.to_document() for toleration in spec.job.tolerations]
-    if dict(GPU_TOLERATION) not in tolerations:
-        tolerations.append(dict(GPU_TOLERATION))
+    if gpu_toleration(gpu) not in tolerations:
+        tolerations.append(gpu_toleration(gpu))
     return tolerations
 
 
-def _resources(spec: TrainingPlanSpec, gpus_per_pod: int) -> dict[str, Any]:
-    amounts = {key: value for key, value in spec.job.resources.items() if key != GPU_RESOURCE}
-    amounts[GPU_RESOURCE] = str(gpus_per_pod)
+def _resources(spec: TrainingPlanSpec, gpus_per_pod: int, gpu: GPUSpec) -> dict[str, Any]:
+    resource = gpu.resource_name
+    amounts = {key: value for key, value in spec.job.resources.items() if key != resource}
+    amounts[resource] = str(gpus_per_pod)
     return {"limits": dict(amounts), "requests": dict(amounts)}
 
 
@@ -371,21 +369,21 @@ def _problems(
                 f"{plan.gpus} GPUs do not split evenly over {plan.nodes} nodes",
             )
         )
-    wanted_product = spec_job.node_selector.get(GPU_PRODUCT_LABEL)
+    wanted_product = spec_job.node_selector.get(gpu.product_label)
     if wanted_product is not None and wanted_product != gpu.gfd_product:
         problems.append(
             (
-                f"job.nodeSelector[{GPU_PRODUCT_LABEL}]",
+                f"job.nodeSelector[{gpu.product_label}]",
                 f"{wanted_product!r} contradicts the plan's GPU {gpu.name} (label value "
                 f"{gpu.gfd_product!r}); the plan holds for that GPU only, so choose the GPU "
                 f"with hardware.gpuType and leave this key out",
             )
         )
-    wanted_gpus = spec_job.resources.get(GPU_RESOURCE)
+    wanted_gpus = spec_job.resources.get(gpu.resource_name)
     if wanted_gpus is not None and wanted_gpus != str(gpus_per_pod):
         problems.append(
             (
-                f"job.resources[{GPU_RESOURCE}]",
+                f"job.resources[{gpu.resource_name}]",
                 f"{wanted_gpus!r} contradicts the plan's {gpus_per_pod} GPUs per pod; leave "
                 f"it out, the launcher requests the plan's GPUs",
             )
@@ -479,7 +477,7 @@ def _pod_template(
             {"name": RENDEZVOUS_PORT_NAME, "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"},
             {"name": METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"},
         ],
-        "resources": _resources(spec, gpus_per_pod),
+        "resources": _resources(spec, gpus_per_pod, gpu),
         "volumeMounts": mounts,
         "securityContext": container_security_context(),
     }
@@ -488,7 +486,7 @@ def _pod_template(
         pod_spec["subdomain"] = subdomain
     pod_spec |= {
         "nodeSelector": _node_selector(spec, gpu),
-        "tolerations": _tolerations(spec),
+        "tolerations": _tolerations(spec, gpu),
         "securityContext": pod_security_context(spec),
         "containers": [container],
         "volumes": volumes,

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Annotated, Any, Literal, Self, TypeVar
+from typing import Annotated, Any, Final, Literal, Self, TypeVar
 
 import yaml
 from pydantic import (
@@ -39,7 +39,18 @@ from trainplan.planner.shapes import Experts, LatentAttention, ModelShape
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 """Every precision a catalog GPU may list a peak for, in the order they are shown."""
 
-IntraNodeLink = Literal["nvlink", "pcie"]
+IntraNodeLink = Literal["nvlink", "infinity-fabric", "pcie"]
+Vendor = Literal["nvidia", "amd"]
+
+GPU_RESOURCES: Final[Mapping[str, str]] = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
+"""The extended resource each vendor's device plugin advertises (NVIDIA's; AMD's
+ROCm/k8s-device-plugin)."""
+PRODUCT_LABELS: Final[Mapping[str, str]] = {
+    "nvidia": "nvidia.com/gpu.product",
+    "amd": "amd.com/gpu.product-name",
+}
+"""The node label naming a node's GPU model: NVIDIA GPU Feature Discovery's, AMD's node
+labeller's (ROCm/k8s-device-plugin)."""
 
 _D = TypeVar("_D", bound=BaseModel)
 
@@ -165,7 +176,8 @@ class GPUSpec:
     name: str
     aliases: tuple[str, ...]
     gfd_product: str
-    """Value of the `nvidia.com/gpu.product` node label (NVIDIA GPU Feature Discovery)."""
+    """Value of the vendor's product node label (`product_label`): NVIDIA GPU Feature
+    Discovery's `nvidia.com/gpu.product`, or AMD's `amd.com/gpu.product-name`."""
     architecture: str
     year: int
     memory_bytes: int
@@ -184,6 +196,25 @@ class GPUSpec:
     pcie_bandwidth_bytes_per_second: float | None = None
     """The card's PCIe bandwidth, one direction: the path between NVLink bridge groups of
     one node (`nvlink_domain_gpus` below the node)."""
+    vendor: Vendor = "nvidia"
+    """Whose device plugin places it: the pods' GPU resource and node label follow."""
+
+    @property
+    def resource_name(self) -> str:
+        """The extended resource pods request it by (`nvidia.com/gpu`, `amd.com/gpu`)."""
+        return GPU_RESOURCES[self.vendor]
+
+    @property
+    def product_label(self) -> str:
+        """The node label whose value is `gfd_product`."""
+        return PRODUCT_LABELS[self.vendor]
+
+    @property
+    def link_name(self) -> str:
+        """The intra-node link in words: NVLink, Infinity Fabric or PCIe."""
+        return {"nvlink": "NVLink", "infinity-fabric": "Infinity Fabric", "pcie": "PCIe"}[
+            self.intra_node_link
+        ]
 
     def __post_init__(self) -> None:
         if not isinstance(self.peak_flops, PeakFlopsTable):
@@ -338,6 +369,7 @@ class _GPUDocument(_Document):
     )
     hbm_bandwidth_bytes_per_second: PositiveFloat
     intra_node_link: IntraNodeLink
+    vendor: Vendor = "nvidia"
     nvlink_bandwidth_bytes_per_second: PositiveFloat
     network_bandwidth_bytes_per_second: PositiveFloat
     tdp_watts: PositiveFloat
@@ -518,6 +550,7 @@ def parse_gpus(gpus_yaml: str) -> tuple[GPUSpec, ...]:
             source=g.source,
             nvlink_domain_gpus=g.nvlink_domain_gpus,
             pcie_bandwidth_bytes_per_second=g.pcie_bandwidth_bytes_per_second,
+            vendor=g.vendor,
         )
         for g in parsed.gpus
     )

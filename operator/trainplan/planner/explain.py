@@ -32,7 +32,8 @@ def _share(part: float, whole: float) -> str:
 def describe_layout(layout: Layout, workload: Workload) -> str:
     """The layout in words: degrees, where collectives run, sharding and recompute."""
     t, p, d = layout.tensor, layout.pipeline, layout.data
-    link = "over NVLink inside a node" if t <= workload.gpus_per_node else "across nodes"
+    fabric = workload.gpu.link_name
+    link = f"over {fabric} inside a node" if t <= workload.gpus_per_node else "across nodes"
     if t > workload.gpus_per_node and t <= workload.nvlink_domain_gpus:
         link = f"over NVLink across nodes (a {workload.nvlink_domain_gpus}-GPU NVLink domain)"
     if workload.gpu.intra_node_link == "pcie" and t <= workload.gpus_per_node:
@@ -46,9 +47,10 @@ def describe_layout(layout: Layout, workload: Workload) -> str:
         parts.append(f"{t}-way tensor parallelism {link}{sp}")
     if layout.context > 1:
         inside = t * layout.context <= workload.nvlink_domain_gpus
+        ring = f"over {workload.gpu.link_name}" if inside else "across nodes"
         parts.append(
             f"{layout.context}-way context parallelism (each sequence split, keys and values"
-            f" passed around a ring {'over NVLink' if inside else 'across nodes'})"
+            f" passed around a ring {ring})"
         )
     if p > 1:
         chunks = (
@@ -86,7 +88,8 @@ def _describe_experts(layout: Layout, workload: Workload, routed: int) -> str:
     if layout.expert == 1:
         return f"all {routed} experts of each MoE layer on every rank"
     spread = layout.expert * layout.expert_tensor
-    reach = "over NVLink" if spread <= workload.nvlink_domain_gpus else "across nodes"
+    inside = spread <= workload.nvlink_domain_gpus
+    reach = f"over {workload.gpu.link_name}" if inside else "across nodes"
     split = f", each split over {layout.expert_tensor} ranks" if layout.expert_tensor > 1 else ""
     return (
         f"{layout.expert}-way expert parallelism ({routed // layout.expert} of {routed}"

@@ -360,7 +360,7 @@ def communicator(
     members = max(1, min(group_size, members_per_node))
     intra_hop = (
         calibration.nvlink_hop_latency_seconds
-        if workload.gpu.intra_node_link == "nvlink"
+        if workload.gpu.intra_node_link != "pcie"
         else calibration.pcie_hop_latency_seconds
     )
     return Communicator(
