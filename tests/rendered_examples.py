@@ -93,7 +93,7 @@ def command_lines(command: list[str], args: list[str]) -> str:
 
 def training_container(objects: list[Any]) -> dict[str, Any]:
     """The training container of rendered objects: the Job's, or the JobSet's template's."""
-    workload = objects[-1]
+    workload = next(obj for obj in objects if obj["kind"] in ("Job", "JobSet"))
     if workload["kind"] == "JobSet":
         template = workload["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     else:

@@ -34,6 +34,7 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
+from tests.rendered_examples import training_container
 from trainplan.api import TrainingPlanSpec
 from trainplan.cli.main import main
 from trainplan.launcher import PlanRef, render_for
@@ -406,13 +407,7 @@ def _metachar_job(framework: str, launcher: str) -> dict[str, Any]:
 
 
 def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    workload = next(obj for obj in objects if obj["kind"] in ("Job", "JobSet"))
-    if workload["kind"] == "JobSet":
-        template = workload["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-    else:
-        template = workload["spec"]["template"]
-    (container,) = template["spec"]["containers"]
-    return container  # type: ignore[no-any-return]
+    return training_container(objects)
 
 
 def _node_selector(objects: list[dict[str, Any]]) -> dict[str, str]:
