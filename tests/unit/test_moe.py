@@ -15,7 +15,7 @@ from tests.rendered_examples import training_container
 from trainplan.api import TrainingPlanSpec
 from trainplan.launcher import LauncherError, PlanRef, render_for
 from trainplan.launcher.frameworks import moe_layer_pattern
-from trainplan.planner import Catalog, PlanInputError, plan
+from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
 from trainplan.planner.collectives import Communicator, all_to_all_seconds
 from trainplan.planner.flops import model_flops_per_token
 from trainplan.planner.frameworks import FRAMEWORK_LIMITS
@@ -517,3 +517,10 @@ def test_megatron_recomputes_the_modules_the_plan_priced(catalog: Catalog) -> No
     start = args.index("--recompute-modules")
     assert args[start + 1 : start + 5] == ["core_attn", "layernorm", "moe_act", "mla_up_proj"]
     assert "--recompute-modules" in _megatron_flags()
+
+
+def test_no_layout_for_an_expert_pin_says_why(catalog: Catalog) -> None:
+    spec = spec_with(objective={"gpus": 4}, parallelism={"expert": 8})
+    with pytest.raises(InfeasiblePlanError) as caught:
+        plan(spec, catalog)
+    assert "expert x expertTensor must divide tensor x context x data" in str(caught.value)

@@ -97,6 +97,17 @@ def _describe_experts(layout: Layout, workload: Workload, routed: int) -> str:
     )
 
 
+def _expert_rule(workload: Workload) -> str:
+    """The expert degree's rule, for an MoE model (else nothing)."""
+    experts = workload.shape.experts
+    if experts is None:
+        return ""
+    return (
+        f"expert x expertTensor must divide tensor x context x data and expert the experts"
+        f" ({experts.routed}), "
+    )
+
+
 def _work(workload: Workload, resolved: ResolvedSpec, steps: int) -> str:
     tokens = (
         f"{format_count(steps * workload.tokens_per_step, 'token')}"
@@ -233,8 +244,8 @@ def infeasibility_reasons(
             f"No layout fits {where}: tensor x pipeline x data must equal the GPU count, "
             f"data must divide globalBatchSize ({batch}), tensor must divide the heads "
             f"({workload.shape.attention_heads}), pipeline the layers "
-            f"({workload.shape.layers}), and every pin in spec.parallelism and spec.batch "
-            "must hold; whole nodes of "
+            f"({workload.shape.layers}), {_expert_rule(workload)}and every pin in"
+            " spec.parallelism and spec.batch must hold; whole nodes of "
             f"{workload.gpus_per_node} GPUs beyond one node."
         ]
     fitting = [e for e in evaluated if e.memory.fits]
