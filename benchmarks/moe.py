@@ -24,11 +24,12 @@ from __future__ import annotations
 import csv
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, cast
 
+from benchmarks.plan_ranges import quantile
 from trainplan.api import TrainingPlanSpec
 from trainplan.planner import Catalog, load_catalog, plan
 from trainplan.planner.calibration import Calibration
@@ -186,22 +187,18 @@ class Evaluation:
     held_out_imbalances: dict[str, float]
 
 
-def evaluate(
-    rows: Sequence[Row],
-    calibration: Calibration,
-    fit: Callable[[Sequence[Row], Calibration], float] = fit_imbalance,
-) -> Evaluation:
+def evaluate(rows: Sequence[Row], calibration: Calibration) -> Evaluation:
     """Price every row with `calibration` and leave-one-source-out."""
     catalog = [price(row, calibration) for row in rows]
     held_out, per_source = [], {}
     for source in sorted({row.source for row in rows}):
         others = [row for row in rows if row.source != source]
-        per_source[source] = fit(others, calibration)
+        per_source[source] = fit_imbalance(others, calibration)
         without = replace(calibration, moe_load_imbalance=per_source[source])
         held_out += [price(row, without) for row in rows if row.source == source]
     order = {row.id: position for position, row in enumerate(rows)}
     held_out.sort(key=lambda priced: order[priced.row.id])
-    return Evaluation(catalog, held_out, fit(rows, calibration), per_source)
+    return Evaluation(catalog, held_out, fit_imbalance(rows, calibration), per_source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,16 +248,6 @@ def whole_run(catalog: Catalog, path: Path = DATA) -> WholeRun:
     )
 
 
-def quantile(values: Sequence[float], q: float) -> float:
-    """The q-quantile of `values` by linear interpolation between order statistics (as
-    `benchmarks.plan_ranges` takes them)."""
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    below = int(position)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
-
-
 @dataclass(frozen=True, slots=True)
 class Spread:
     """How much wider than the dense planner's a mixture-of-experts plan's 10-90% ranges
@@ -277,7 +264,7 @@ class Spread:
     """The same with each source's rows judged by the range of the other sources' rows."""
 
 
-def _range_of(ratios: Sequence[float], calibration: Calibration) -> tuple[float, float]:
+def _range_of(ratios: list[float], calibration: Calibration) -> tuple[float, float]:
     """The MoE 10-90% ratio range of `ratios`: at least as wide as the dense one."""
     p10 = min(calibration.step_seconds_ratio_p10, quantile(ratios, 0.1))
     p90 = max(calibration.step_seconds_ratio_p90, quantile(ratios, 0.9))

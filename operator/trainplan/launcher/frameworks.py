@@ -258,15 +258,11 @@ def _megatron_attention_arguments(shape: ModelShape) -> list[str]:
 
 
 def moe_layer_pattern(shape: ModelShape) -> list[int]:
-    """1 for each MoE layer, 0 for each dense one (`shapes.Experts.moe_layer_count`'s
-    rule: from the first dense layers on, every layer_interval-th)."""
+    """1 for each MoE layer, 0 for each dense one (`shapes.Experts.is_moe_layer`)."""
     experts = shape.experts
     if experts is None:
         return [0] * shape.layers
-    return [
-        int(i >= experts.first_dense_layers and (i + 1) % experts.layer_interval == 0)
-        for i in range(shape.layers)
-    ]
+    return [int(experts.is_moe_layer(index)) for index in range(shape.layers)]
 
 
 def _megatron_expert_arguments(

@@ -16,7 +16,12 @@ from __future__ import annotations
 
 from trainplan.planner.finetune import PRETRAIN, FineTuning, lora_flops_per_token
 from trainplan.planner.layout import Checkpointing
-from trainplan.planner.shapes import ModelShape, attention_projections, mlp_parameter_count
+from trainplan.planner.shapes import (
+    ModelShape,
+    attention_projections,
+    latent_up_projections,
+    mlp_parameter_count,
+)
 
 
 def qkv_projection_flops_per_token(shape: ModelShape) -> float:
@@ -103,13 +108,7 @@ def recompute_flops_per_token(shape: ModelShape, checkpointing: Checkpointing) -
     if checkpointing == "full":
         return shape.layers * layer_forward_flops_per_token(shape)
     if checkpointing == "selective":
-        up = 0.0
-        if shape.latent_attention is not None:
-            up = 2.0 * sum(
-                d_in * d_out
-                for d_in, d_out in attention_projections(shape)[:-1]
-                if d_in != shape.hidden_size
-            )
+        up = 2.0 * sum(d_in * d_out for d_in, d_out in latent_up_projections(shape))
         return shape.layers * (attention_core_flops_per_token(shape) + up)
     return 0.0
 

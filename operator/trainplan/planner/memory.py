@@ -175,18 +175,16 @@ def stage_expert_parameter_count(shape: ModelShape, layout: Layout) -> float:
     return layers * experts / (layout.expert * layout.expert_tensor)
 
 
-def zero_sharded(
-    parameters: float, expert_parameters: float, layout: Layout, sharded: bool
-) -> float:
-    """`parameters` of one GPU after ZeRO's split when `sharded`: the routed experts'
-    `expert_parameters` among them over the expert-data ranks, the rest over all data x
-    context ranks."""
+def zero_sharded(total: float, experts: float, layout: Layout, sharded: bool) -> float:
+    """One GPU's share of `total` (parameters, or their bytes) after ZeRO's split when
+    `sharded`: the routed experts' part `experts` over the expert-data ranks, the rest over
+    all data x context ranks."""
     if not sharded:
-        return parameters
-    dense = (parameters - expert_parameters) / layout.replicas
-    if not expert_parameters:
+        return total
+    dense = (total - experts) / layout.replicas
+    if not experts:
         return dense
-    return dense + expert_parameters / layout.expert_replicas
+    return dense + experts / layout.expert_replicas
 
 
 def _stage_embedding_parameter_count(shape: ModelShape, layout: Layout) -> float:
@@ -321,7 +319,6 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
     shape = workload.shape
     state = state_bytes_per_parameter(workload.precision, workload.optimizer)
     params = stage_parameter_count(shape, layout)
-    d = layout.replicas  # ZeRO shards over data x context ranks
     base_bytes = frozen_weight_bytes_per_parameter(workload)
     if workload.tuning.adapters:
         # A frozen base holds its weights only; the adapters hold the full training state.
@@ -335,18 +332,23 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
     else:
         trained = params
         stored = params * state.weights
+    # Routed experts shard over their expert-data ranks (`zero_sharded`); adapters are
+    # refused on MoE models (`resolve`), so there every expert trains.
     experts = stage_expert_parameter_count(shape, layout)
-    if experts:
-        # Adapters are refused on MoE models (`resolve`): every weight trains here.
-        weights = zero_sharded(params, experts, layout, layout.zero_stage >= 3) * state.weights
-        gradients = zero_sharded(params, experts, layout, layout.zero_stage >= 2)
-        gradients *= state.gradients
-        optimizer = zero_sharded(params, experts, layout, layout.zero_stage >= 1)
-        optimizer *= state.optimizer
-    else:
-        weights = stored / (d if layout.zero_stage >= 3 else 1)
-        gradients = trained * state.gradients / (d if layout.zero_stage >= 2 else 1)
-        optimizer = trained * state.optimizer / (d if layout.zero_stage >= 1 else 1)
+    trained_experts = 0.0 if workload.tuning.adapters else experts
+    weights = zero_sharded(stored, experts * state.weights, layout, layout.zero_stage >= 3)
+    gradients = zero_sharded(
+        trained * state.gradients,
+        trained_experts * state.gradients,
+        layout,
+        layout.zero_stage >= 2,
+    )
+    optimizer = zero_sharded(
+        trained * state.optimizer,
+        trained_experts * state.optimizer,
+        layout,
+        layout.zero_stage >= 1,
+    )
 
     # Context parallelism: each rank holds 1/context of every sequence's tokens.
     tokens = local_tokens(layout, shape)

@@ -52,10 +52,15 @@ class Experts:
             return self.shared_ffn_hidden_size if self.shared else 0
         return self.shared * self.ffn_hidden_size
 
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer `index` (from 0) is MoE: from `first_dense_layers` on, each layer
+        whose index + 1 is a multiple of `layer_interval` (Megatron-LM's
+        `--moe-layer-freq`, Hugging Face's `interleave_moe_layer_step`)."""
+        return index >= self.first_dense_layers and (index + 1) % self.layer_interval == 0
+
     def moe_layer_count(self, layers: int) -> int:
-        """MoE layers among `layers`: from `first_dense_layers` on, each layer i (from 0)
-        with (i + 1) a multiple of `layer_interval` (Megatron-LM's `--moe-layer-freq`,
-        Hugging Face's `interleave_moe_layer_step`)."""
+        """MoE layers among `layers` (`is_moe_layer`), counted in closed form: the
+        multiples of `layer_interval` in (first_dense_layers, layers]."""
         interval = self.layer_interval
         first = self.first_dense_layers
         return max(0, layers // interval - first // interval) if first < layers else 0
@@ -222,6 +227,20 @@ def _attention_projections(shape: ModelShape) -> tuple[tuple[int, int], ...]:
         (latent.kv_rank, heads * (latent.no_rope_head_dim + latent.value_head_dim)),
         (heads * latent.value_head_dim, h),
     )
+
+
+def latent_up_projections(shape: ModelShape) -> tuple[tuple[int, int], ...]:
+    """(d_in, d_out) of latent attention's up-projections, from each latent to the heads
+    (the query's, when it has a latent, and the keys' and values'); none without latent
+    attention. What selective recomputation rebuilds (`memory.module_recompute_bytes_per_token`)."""
+    latent = shape.latent_attention
+    if latent is None:
+        return ()
+    heads = shape.attention_heads
+    keys_values = (latent.kv_rank, heads * (latent.no_rope_head_dim + latent.value_head_dim))
+    if not latent.query_rank:
+        return (keys_values,)
+    return ((latent.query_rank, heads * latent.query_key_head_dim), keys_values)
 
 
 def attention_parameter_count(shape: ModelShape) -> float:

@@ -44,7 +44,12 @@ from trainplan.planner.memory import (
     state_bytes_per_parameter,
     zero_sharded,
 )
-from trainplan.planner.shapes import ModelShape, attention_projections, layer_parameter_count
+from trainplan.planner.shapes import (
+    ModelShape,
+    attention_projections,
+    latent_up_projections,
+    layer_parameter_count,
+)
 from trainplan.planner.stages import split_of
 
 FLASH_CAUSAL_FRACTION = 0.5  # a causal fused kernel skips the masked half of the scores
@@ -229,15 +234,9 @@ def _module_recompute_seconds(
         return 0.0
     freed = module_recompute_bytes_per_token(shape, layout, workload.precision)
     seconds = 2.0 * tokens * freed / device.hbm_bytes_per_second
-    latent = shape.latent_attention
-    if latent is not None:
-        e = activation_element_bytes(workload.precision)
-        projections = attention_projections(shape)
-        # The up-projections: from each latent to the heads (every projection that reads a
-        # latent rather than the hidden state, the output projection aside).
-        for d_in, d_out in projections[:-1]:
-            if d_in != shape.hidden_size:
-                seconds += gemm_seconds(device, tokens, d_out / layout.tensor, d_in, e)
+    e = activation_element_bytes(workload.precision)
+    for d_in, d_out in latent_up_projections(shape):
+        seconds += gemm_seconds(device, tokens, d_out / layout.tensor, d_in, e)
     return seconds
 
 
