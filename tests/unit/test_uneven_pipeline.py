@@ -6,6 +6,8 @@ torchtitan's split points) or the refusal (DeepSpeed)."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,10 +27,12 @@ from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.layout import Layout
 from trainplan.planner.memory import estimate_memory, stage_parameter_count
 from trainplan.planner.resolve import resolve
-from trainplan.planner.search import LayoutPins, pipeline_degrees
+from trainplan.planner.search import LayoutPins, generate_layouts, pipeline_degrees
 from trainplan.planner.shapes import layer_parameter_count
-from trainplan.planner.stages import StageSplit, split_of, stage_layers
+from trainplan.planner.stages import StageSplit, interleaved_placement, split_of, stage_layers
 from trainplan.planner.steptime import step_time
+
+UPSTREAM = Path(__file__).resolve().parent.parent / "data" / "upstream"
 
 # --- the split ---------------------------------------------------------------------------
 
@@ -161,7 +165,8 @@ def test_the_search_adds_uneven_powers_of_two_where_the_framework_places_them(
 
 
 def test_a_pinned_uneven_degree_is_planned(catalog: Catalog) -> None:
-    result = plan(TrainingPlanSpec.model_validate(SPEC), catalog)
+    spec = merged(SPEC, {"parallelism": {"virtualPipelineStages": 1}})
+    result = plan(TrainingPlanSpec.model_validate(spec), catalog)
     assert (result.layout.pipeline, result.gpus) == (4, 16)
     assert any(
         "4 pipeline stages (7 layers on the first, 7 on the last, 8 on each other)" in line
@@ -179,10 +184,85 @@ def test_deepspeed_refuses_an_uneven_pin(catalog: Catalog) -> None:
     assert "megatron and torchtitan place uneven stages" in message
 
 
-def test_interleaving_still_needs_an_even_split() -> None:
-    change = {"parallelism": {"virtualPipelineStages": 2}}
-    with pytest.raises(ValidationError, match=r"model.layers \(30\) must be divisible"):
-        TrainingPlanSpec.model_validate(merged(SPEC, change))
+@pytest.mark.parametrize(
+    ("layers", "pipeline", "chunks", "placement"),
+    [
+        (32, 4, 2, "even"),
+        (32, 4, 3, None),
+        # 36 on 5 stages: 6, 8, 8, 8, 6; the chunk count divides every stage.
+        (36, 5, 2, "first-last"),
+        (36, 5, 4, None),
+        # 30 on 4 stages: 7, 8, 8, 7 = (30 + 2) / 4 - 1 on the edges.
+        (30, 4, 2, "embedding-loss"),
+        (30, 4, 8, "embedding-loss"),
+        (30, 4, 3, None),
+        # Llama 3 405B: 16 ranks of 8 chunks, the first holding only the embedding and the
+        # last only the output layer and loss (arXiv 2407.21783, section 3.3.2).
+        (126, 16, 8, "embedding-loss"),
+        (27, 4, 2, None),
+        (9, 8, 1, None),
+    ],
+)
+def test_interleaved_chunks_are_placed_where_megatron_places_them(
+    layers: int, pipeline: int, chunks: int, placement: str | None
+) -> None:
+    assert interleaved_placement(layers, pipeline, chunks) == placement
+
+
+def test_the_search_interleaves_an_uneven_split_where_the_framework_can(
+    catalog: Catalog,
+) -> None:
+    workload = resolve(TrainingPlanSpec.model_validate(SPEC), catalog).workload
+    chunks = {
+        framework: {
+            layout.virtual_stages
+            for layout in generate_layouts(
+                workload, 16, LayoutPins(pipeline=4, framework=FRAMEWORK_LIMITS[framework])
+            )
+        }
+        for framework in ("megatron", "torchtitan")
+    }
+    assert chunks == {"megatron": {1, 2, 4, 8}, "torchtitan": {1}}
+
+
+def test_interleaving_shrinks_the_bubble_of_an_uneven_split(catalog: Catalog) -> None:
+    workload, layout = _workload_and_layout(catalog, 30)
+    plain = step_time(workload, layout, catalog.calibration)
+    interleaved = step_time(
+        workload, dataclasses.replace(layout, virtual_stages=4), catalog.calibration
+    )
+    assert interleaved.pipeline_bubble_seconds == pytest.approx(plain.pipeline_bubble_seconds / 4)
+    assert interleaved.compute_seconds == plain.compute_seconds
+
+
+def test_a_pinned_interleaving_of_an_uneven_split_is_planned(catalog: Catalog) -> None:
+    spec = merged(SPEC, {"parallelism": {"virtualPipelineStages": 2}})
+    result = plan(TrainingPlanSpec.model_validate(spec), catalog)
+    assert (result.layout.pipeline, result.layout.virtual_pipeline_stages) == (4, 2)
+    assert any(
+        "4 pipeline stages (7 layers on the first, 7 on the last, 8 on each other; 2"
+        " interleaved chunks each, the embedding and the loss counted as layers)" in line
+        for line in result.explanation
+    )
+
+
+@pytest.mark.parametrize(
+    ("framework", "chunks", "message"),
+    [
+        ("torchtitan", 2, "torchtitan interleaves even splits only; megatron interleaves"),
+        ("megatron", 3, "3 chunks per stage cannot split 7 layers on the first stage, 8 on"),
+    ],
+)
+def test_an_interleaving_the_framework_cannot_place_is_refused(
+    catalog: Catalog, framework: str, chunks: int, message: str
+) -> None:
+    change = {"parallelism": {"virtualPipelineStages": chunks}, "job": {"framework": framework}}
+    spec = TrainingPlanSpec.model_validate(merged(SPEC, change))
+    with pytest.raises(PlanInputError) as caught:
+        plan(spec, catalog)
+    ((path, text),) = caught.value.problems
+    assert path == "parallelism.virtualPipelineStages"
+    assert message in text
 
 
 def test_a_stage_without_a_layer_is_refused() -> None:
@@ -195,7 +275,7 @@ def test_a_stage_without_a_layer_is_refused() -> None:
 
 UNEVEN_JOB: dict[str, Any] = {
     "model": {"layers": 30},
-    "parallelism": {"tensor": 1, "pipeline": 4, "zeroStage": 1},
+    "parallelism": {"tensor": 1, "pipeline": 4, "virtualPipelineStages": 1, "zeroStage": 1},
 }
 
 
@@ -207,6 +287,50 @@ def test_megatron_gets_the_first_and_last_stage_layer_counts() -> None:
     # Megatron-LM splits the other 16 evenly over the 2 middle stages: 8 each.
     assert flags["--decoder-first-pipeline-num-layers"] == "7"
     assert flags["--decoder-last-pipeline-num-layers"] == "7"
+
+
+def _megatron_pipeline_flags() -> set[str]:
+    lines = (UPSTREAM / "megatron-lm-core_v0.19.0-pipeline-flags.txt").read_text().splitlines()
+    return {line.split()[0] for line in lines if line.startswith("--")}
+
+
+def _pipeline_flags(args: list[str]) -> set[str]:
+    return {a for a in args if a.startswith("--") and ("pipeline" in a or "virtual" in a)}
+
+
+def test_megatron_interleaves_with_the_embedding_and_loss_counted_as_layers() -> None:
+    """7, 8, 8, 7 layers in 2 chunks per stage: (30 + 2) / 4 = 8 slots per stage, the
+    first and last stages' first and last slots the embedding and the loss."""
+    change = merged(
+        UNEVEN_JOB,
+        {"parallelism": {"virtualPipelineStages": 2}, "job": {"framework": "megatron"}},
+    )
+    args = program_args(objects_for(**change))
+    flags = flag_values(args)
+    assert flags["--num-virtual-stages-per-pipeline-rank"] == "2"
+    assert "--account-for-embedding-in-pipeline-split" in args
+    assert "--account-for-loss-in-pipeline-split" in args
+    assert "--decoder-first-pipeline-num-layers" not in flags
+    assert "--num-layers-per-virtual-pipeline-stage" not in flags
+    assert _pipeline_flags(args) <= _megatron_pipeline_flags()
+
+
+def test_megatron_interleaves_with_first_and_last_stage_counts() -> None:
+    """36 layers on 5 stages (6, 8, 8, 8, 6) in 2 chunks: every count divides by 2."""
+    change = {
+        "model": {"layers": 36},
+        "batch": {"globalBatchSize": 80},
+        "objective": {"gpus": 40},
+        "parallelism": {"tensor": 1, "pipeline": 5, "virtualPipelineStages": 2, "zeroStage": 1},
+        "job": {"framework": "megatron"},
+    }
+    args = program_args(objects_for(**change))
+    flags = flag_values(args)
+    assert flags["--decoder-first-pipeline-num-layers"] == "6"
+    assert flags["--decoder-last-pipeline-num-layers"] == "6"
+    assert flags["--num-virtual-stages-per-pipeline-rank"] == "2"
+    assert "--account-for-embedding-in-pipeline-split" not in args
+    assert _pipeline_flags(args) <= _megatron_pipeline_flags()
 
 
 def test_megatron_gets_no_stage_counts_for_an_even_split() -> None:

@@ -866,22 +866,14 @@ class TrainingPlanSpec(ApiModel):
                 f"model.kvHeads ({kv_heads}) and parallelism.tensor ({tensor}) must divide one "
                 f"another (key/value heads are split or replicated across tensor ranks)"
             )
-        stages = par.virtual_pipeline_stages or 1
         layers = model.layers
-        if pipeline is not None and layers is not None:
-            # Interleaved chunks need an even split; plain stages may be uneven (the
-            # planner checks that the framework places them: trainplan.planner.stages).
-            if stages > 1 and layers % (pipeline * stages):
-                problems.append(
-                    f"model.layers ({layers}) must be divisible by parallelism.pipeline x "
-                    f"parallelism.virtualPipelineStages ({pipeline} x {stages} ="
-                    f" {pipeline * stages})"
-                )
-            elif layers < pipeline:
-                problems.append(
-                    f"model.layers ({layers}) must be at least parallelism.pipeline"
-                    f" ({pipeline}): every stage holds a layer"
-                )
+        # Stages may be uneven and interleaved where the framework places them (the
+        # planner checks: trainplan.planner.stages.interleaved_placement).
+        if pipeline is not None and layers is not None and layers < pipeline:
+            problems.append(
+                f"model.layers ({layers}) must be at least parallelism.pipeline"
+                f" ({pipeline}): every stage holds a layer"
+            )
         if par.zero_stage == 3 and pipeline is not None and pipeline > 1:
             problems.append(
                 f"parallelism.zeroStage 3 with parallelism.pipeline > 1 (got {pipeline}) is not "

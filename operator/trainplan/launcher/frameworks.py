@@ -68,7 +68,7 @@ from trainplan.api import DEFAULT_COMMAND, Plan, TrainingPlanSpec
 from trainplan.launcher.errors import LauncherError
 from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.shapes import ModelShape
-from trainplan.planner.stages import stage_layers
+from trainplan.planner.stages import interleaved_placement, stage_layers
 
 MEGATRON_PROGRAM: Final = ("python", "pretrain_gpt.py")
 """Megatron-LM's GPT pre-training script, relative to the image's working directory."""
@@ -148,6 +148,44 @@ def _uneven_split(shape: ModelShape, pipeline: int) -> tuple[int, ...] | None:
     return split
 
 
+def _megatron_pipeline_split(shape: ModelShape, pipeline: int, chunks: int) -> list[str]:
+    """Megatron-LM's flags for the stage split and its interleaved chunks
+    (`planner.stages.interleaved_placement`): chunk sizes on an even split; the first and
+    last stage layer counts on an uneven one, with the chunk count, or the embedding and
+    loss counted as layers where the chunks divide only that split (Megatron-LM
+    core_v0.19.0 `TransformerConfig`)."""
+    split = _uneven_split(shape, pipeline)
+    if split is None:
+        if chunks == 1:
+            return []
+        return list(
+            _flag("--num-layers-per-virtual-pipeline-stage", shape.layers // (pipeline * chunks))
+        )
+    interleaving = _flag("--num-virtual-stages-per-pipeline-rank", chunks) if chunks > 1 else ()
+    placement = interleaved_placement(shape.layers, pipeline, chunks)
+    if placement == "embedding-loss":
+        return [
+            "--account-for-embedding-in-pipeline-split",
+            "--account-for-loss-in-pipeline-split",
+            *interleaving,
+        ]
+    if placement is None:
+        raise LauncherError(
+            [
+                (
+                    "parallelism.virtualPipelineStages",
+                    f"{chunks} chunks per stage cannot split {shape.layers} layers on"
+                    f" {pipeline} stages evenly",
+                )
+            ]
+        )
+    return [
+        *_flag("--decoder-first-pipeline-num-layers", split[0]),
+        *_flag("--decoder-last-pipeline-num-layers", split[-1]),
+        *interleaving,
+    ]
+
+
 def megatron_arguments(
     plan: Plan,
     shape: ModelShape,
@@ -174,15 +212,7 @@ def megatron_arguments(
         *_flag("--pipeline-model-parallel-size", layout.pipeline),
         *(_flag("--context-parallel-size", layout.context) if layout.context > 1 else ()),
     ]
-    if layout.virtual_pipeline_stages > 1:
-        layers_per_chunk = shape.layers // (layout.pipeline * layout.virtual_pipeline_stages)
-        args += _flag("--num-layers-per-virtual-pipeline-stage", layers_per_chunk)
-    split = _uneven_split(shape, layout.pipeline)
-    if split is not None:
-        args += [
-            *_flag("--decoder-first-pipeline-num-layers", split[0]),
-            *_flag("--decoder-last-pipeline-num-layers", split[-1]),
-        ]
+    args += _megatron_pipeline_split(shape, layout.pipeline, layout.virtual_pipeline_stages)
     if layout.sequence_parallel and layout.tensor > 1:
         args.append("--sequence-parallel")
     args += [
@@ -344,6 +374,17 @@ def torchtitan_arguments(
         schedule = "Interleaved1F1B" if layout.virtual_pipeline_stages > 1 else "1F1B"
         args += _flag("--parallelism.pipeline_parallel_schedule", schedule)
         split = _uneven_split(shape, layout.pipeline)
+        if split is not None and layout.virtual_pipeline_stages > 1:
+            raise LauncherError(
+                [
+                    (
+                        "parallelism.virtualPipelineStages",
+                        "torchtitan is given split points for one chunk per stage: an uneven"
+                        " split is not interleaved with it; use framework megatron or one"
+                        " chunk per stage",
+                    )
+                ]
+            )
         if split is None:
             per_stage = shape.layers // stages
             args += _flag("--parallelism.pipeline_parallel_layers_per_stage", per_stage)

@@ -15,7 +15,7 @@ from trainplan.planner.layout import Layout, Workload
 from trainplan.planner.resolve import ResolvedSpec, trainable_parameters
 from trainplan.planner.search import Evaluation
 from trainplan.planner.shapes import active_parameter_count, parameter_count
-from trainplan.planner.stages import split_counts
+from trainplan.planner.stages import interleaved_placement, split_counts
 
 _GIB = float(1 << 30)
 
@@ -53,18 +53,24 @@ def describe_layout(layout: Layout, workload: Workload) -> str:
             f" passed around a ring {ring})"
         )
     if p > 1:
-        chunks = (
-            f" ({layout.virtual_stages} interleaved chunks each)"
-            if layout.virtual_stages > 1
-            else ""
-        )
+        details = []
         split = split_counts(workload.shape.layers, p)
-        uneven = ""
         if split is not None and workload.shape.layers % p:
             first, middle, last = split
-            uneven = f" ({first} layers on the first, {last} on the last"
-            uneven += f", {middle} on each other)" if p > 2 else ")"
-        parts.append(f"{p} pipeline stages{chunks}{uneven}")
+            details.append(
+                f"{first} layers on the first, {last} on the last"
+                + (f", {middle} on each other" if p > 2 else "")
+            )
+        v = layout.virtual_stages
+        if v > 1:
+            placement = interleaved_placement(workload.shape.layers, p, v)
+            counted = (
+                ", the embedding and the loss counted as layers"
+                if placement == "embedding-loss"
+                else ""
+            )
+            details.append(f"{v} interleaved chunks each{counted}")
+        parts.append(f"{p} pipeline stages" + (f" ({'; '.join(details)})" if details else ""))
     parts.append(f"{d} data-parallel replica{'s' if d > 1 else ''}")
     experts = workload.shape.experts
     if experts is not None:

@@ -15,7 +15,9 @@
 - Uneven pipeline stages (a degree that does not divide the layers, `planner.stages`):
   Megatron-LM (first and last stage layer counts) and torchtitan (split points) place
   them; DeepSpeed's pipeline is partitioned by the user's own `PipelineModule`, which
-  trainplan does not set, so it gets even splits only.
+  trainplan does not set, so it gets even splits only. Interleaving on an uneven split
+  (`planner.stages.interleaved_placement`) is Megatron-LM's: trainplan renders
+  torchtitan's split points for one chunk per stage only.
 - Mixture-of-experts: Megatron-LM (`--num-experts`, `--expert-model-parallel-size`,
   `--expert-tensor-parallel-size`, with its distributed optimizer and pipelines) and
   torchtitan (`--parallelism.expert_parallel_degree` and
@@ -47,6 +49,8 @@ class FrameworkLimits:
     uneven_pipeline: bool = True
     """Pipeline degrees that do not divide the layers are placed (first and last stages
     take the remainder)."""
+    uneven_interleaving: bool = True
+    """Such an uneven split also runs interleaved chunks (`interleaved_placement`)."""
     context_parallel: bool = True
     """Sequences can be split over context-parallel ranks (ring attention)."""
     experts: bool = True
@@ -91,16 +95,18 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         context_parallel=False,
         experts=False,
         expert_parallel=False,
+        uneven_interleaving=False,
     ),
     "megatron": FrameworkLimits((0, 1), 1, expert_comm_overlap=True),
     "deepspeed": FrameworkLimits(
         (0, 1, 2, 3),
         1,
         uneven_pipeline=False,
+        uneven_interleaving=False,
         context_parallel=False,
         expert_parallel=False,
         max_zero_stage_with_experts=2,
     ),
-    "torchtitan": FrameworkLimits((0, 1, 2, 3), 2),
+    "torchtitan": FrameworkLimits((0, 1, 2, 3), 2, uneven_interleaving=False),
 }
 ANY_FRAMEWORK = FrameworkLimits((0, 1, 2, 3), 2)

@@ -25,7 +25,7 @@ from trainplan.planner.layout import Workload
 from trainplan.planner.memory import checkpoint_bytes
 from trainplan.planner.search import LayoutPins, RunSettings
 from trainplan.planner.shapes import Experts, LatentAttention, ModelShape, parameter_count
-from trainplan.planner.stages import split_counts
+from trainplan.planner.stages import interleaved_placement, split_counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,37 +302,53 @@ def _pipeline_problems(
     shape: ModelShape, pipeline: int, chunks: int | None, framework: str
 ) -> list[tuple[str, str]]:
     """Why `pipeline` stages (with `chunks` interleaved chunks each) cannot hold the
-    layers: interleaving needs an even split; an uneven one (`planner.stages`) needs a
-    framework that places it."""
+    layers: an uneven split (`planner.stages`) needs a framework that places it, and
+    interleaving one whose chunks it places evenly (`interleaved_placement`)."""
     layers = shape.layers
-    if chunks is not None and chunks > 1:
-        if layers % (pipeline * chunks) == 0:
-            return []
-        return [
-            (
-                "parallelism.pipeline",
-                f"pipeline ({pipeline}) x virtualPipelineStages ({chunks}) must divide"
-                f" layers ({layers})",
-            )
-        ]
-    if layers % pipeline == 0:
+    limits = FRAMEWORK_LIMITS[framework]
+    if layers % pipeline:
+        if split_counts(layers, pipeline) is None:
+            return [
+                (
+                    "parallelism.pipeline",
+                    f"{pipeline} stages cannot split {layers} layers: each stage needs at"
+                    " least one layer and the first and last stages no more than the others",
+                )
+            ]
+        if not limits.uneven_pipeline:
+            return [
+                (
+                    "parallelism.pipeline",
+                    f"{pipeline} does not divide layers ({layers}), and job.framework"
+                    f" {framework} splits a pipeline evenly only (its PipelineModule"
+                    " partitions the model); megatron and torchtitan place uneven stages",
+                )
+            ]
+    if chunks is None or chunks == 1:
         return []
-    split = split_counts(layers, pipeline)
-    if split is None:
+    if layers % pipeline and not limits.uneven_interleaving:
         return [
             (
-                "parallelism.pipeline",
-                f"{pipeline} stages cannot split {layers} layers: each stage needs at least"
-                " one layer and the first and last stages no more than the others",
+                "parallelism.virtualPipelineStages",
+                f"{pipeline} stages split {layers} layers unevenly, and job.framework"
+                f" {framework} interleaves even splits only; megatron interleaves uneven"
+                " ones",
             )
         ]
-    if not FRAMEWORK_LIMITS[framework].uneven_pipeline:
+    if interleaved_placement(layers, pipeline, chunks) is None:
+        first, middle, last = split_counts(layers, pipeline) or (0, 0, 0)
+        stages = (
+            f"{layers // pipeline} layers on each stage"
+            if layers % pipeline == 0
+            else f"{first} layers on the first stage, {middle} on each middle one and"
+            f" {last} on the last"
+        )
         return [
             (
-                "parallelism.pipeline",
-                f"{pipeline} does not divide layers ({layers}), and job.framework {framework}"
-                " splits a pipeline evenly only (its PipelineModule partitions the model);"
-                " megatron and torchtitan place uneven stages",
+                "parallelism.virtualPipelineStages",
+                f"{chunks} chunks per stage cannot split {stages} evenly: each stage's"
+                f" layers (or, on an uneven split, its layers counting the embedding and"
+                f" the loss as one each) must divide by {chunks}",
             )
         ]
     return []

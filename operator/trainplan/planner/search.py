@@ -22,7 +22,7 @@ from trainplan.planner.frameworks import ANY_FRAMEWORK, FrameworkLimits
 from trainplan.planner.layout import CHECKPOINTING_LEVELS, Checkpointing, Layout, Workload
 from trainplan.planner.memory import MemoryEstimate, estimate_memory
 from trainplan.planner.reliability import ReliabilityEstimate, estimate_reliability
-from trainplan.planner.stages import split_counts
+from trainplan.planner.stages import interleaved_placement, split_counts
 from trainplan.planner.steptime import FLASH_CAUSAL_FRACTION, StepTime, step_time
 
 _MAX_VIRTUAL_STAGES = 8
@@ -316,14 +316,22 @@ def _sequence_parallel(t: int, pins: LayoutPins) -> list[bool]:
 
 
 def _virtual_stages(layers: int, p: int, pins: LayoutPins) -> list[int]:
+    """Interleaved chunks per stage: one, or those the split places evenly
+    (`interleaved_placement`; on an uneven split only where the framework interleaves
+    it)."""
     if p == 1:
         return [1]
-    if layers % p:  # uneven stages are not interleaved
-        return [1] if pins.virtual_stages in (None, 1) else []
-    per_stage = layers // p
-    if pins.virtual_stages is not None:
-        return [pins.virtual_stages] if per_stage % pins.virtual_stages == 0 else []
-    return [v for v in divisors(per_stage) if v <= _MAX_VIRTUAL_STAGES]
+    candidates = (
+        [pins.virtual_stages]
+        if pins.virtual_stages is not None
+        else range(1, _MAX_VIRTUAL_STAGES + 1)
+    )
+    placeable = layers % p == 0 or pins.framework.uneven_interleaving
+    return [
+        v
+        for v in candidates
+        if v == 1 or (placeable and interleaved_placement(layers, p, v) is not None)
+    ]
 
 
 def _micro_batches(per_rank: int, pins: LayoutPins) -> list[int]:

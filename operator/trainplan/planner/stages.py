@@ -10,11 +10,25 @@ torchtitan takes the stage boundaries as `--parallelism.pipeline_parallel_split_
 middle stage gets ceil(L / p) layers, and the first and last share the rest, the first
 taking the odd one, so that no stage holds more than a middle one (the slowest stage sets
 the step time).
+
+Interleaving (v chunks per stage) needs each chunk of a stage to hold the same number of
+layers. Megatron-LM core_v0.19.0 (`TransformerConfig.__post_init__`) places it on an
+uneven split in two ways (`interleaved_placement`): with first and last stage counts that
+v divides, as it divides the middle ones ("first-last"); or by counting the input
+embedding and the loss as one layer each (`--account-for-embedding-in-pipeline-split`,
+`--account-for-loss-in-pipeline-split`), which needs L + 2 layers split evenly, every
+stage's share divisible by v ("embedding-loss"). The second is the layout of Llama 3 405B
+(Llama Team 2024, arXiv 2407.21783, section 3.3.2: 126 layers on 16 stages, one layer
+fewer on the first and the last, whose first and last chunks hold only the embedding and
+the output layer and loss, in an interleaved schedule).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+InterleavedPlacement = Literal["even", "first-last", "embedding-loss"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,3 +109,19 @@ def split_of(layers: int, pipeline: int) -> StageSplit:
         return StageSplit(even, even, even, pipeline)
     first, middle, last = counts
     return StageSplit(float(first), float(middle), float(last), pipeline)
+
+
+def interleaved_placement(layers: int, pipeline: int, chunks: int) -> InterleavedPlacement | None:
+    """How `chunks` interleaved chunks per stage place the `split_counts` split (module
+    docstring), or None where no chunk count is placed evenly on it."""
+    counts = split_counts(layers, pipeline)
+    if counts is None or pipeline == 1 or chunks < 1:
+        return None
+    first, middle, last = counts
+    if layers % pipeline == 0:
+        return "even" if middle % chunks == 0 else None
+    if first % chunks == 0 and last % chunks == 0 and (pipeline == 2 or middle % chunks == 0):
+        return "first-last"
+    if pipeline > 2 and first == last == middle - 1 and middle % chunks == 0:
+        return "embedding-loss"
+    return None
