@@ -298,7 +298,6 @@ def posterior_cost_law(
         return CostLaw(prior_mu, prior_log_sd, weight)
     sample_mean = stats.log_sum / n
     sum_squares = max(0.0, stats.log_squared_sum - n * sample_mean**2)
-    (weight * prior_mu + n * sample_mean) / (weight + n)
     spread = (
         weight * prior_log_sd**2
         + sum_squares
