@@ -940,7 +940,10 @@ def test_torchtitan_pipeline_and_zero_1() -> None:
     layout = result.layout
 
     assert flags["--parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B"
-    assert flags["--parallelism.pipeline_parallel_layers_per_stage"] == "8"
+    # 32 layers in 4 chunks of 8, rank 0 running chunks 0 and 2 (explicit points: torchtitan's
+    # layers_per_stage counts the embedding and the output as layers).
+    assert flags["--parallelism.pipeline_parallel_split_points"] == "layers.8,layers.16,layers.24"
+    assert "--parallelism.pipeline_parallel_layers_per_stage" not in flags
     assert flags["--parallelism.pipeline_parallel_microbatch_size"] == str(layout.micro_batch_size)
     local = layout.micro_batch_size * layout.gradient_accumulation_steps
     assert flags["--training.local_batch_size"] == str(local)

@@ -29,7 +29,13 @@ from trainplan.planner.memory import estimate_memory, stage_parameter_count
 from trainplan.planner.resolve import resolve
 from trainplan.planner.search import LayoutPins, generate_layouts, pipeline_degrees
 from trainplan.planner.shapes import layer_parameter_count
-from trainplan.planner.stages import StageSplit, interleaved_placement, split_of, stage_layers
+from trainplan.planner.stages import (
+    StageSplit,
+    chunk_layers,
+    interleaved_placement,
+    split_of,
+    stage_layers,
+)
 from trainplan.planner.steptime import step_time
 
 UPSTREAM = Path(__file__).resolve().parent.parent / "data" / "upstream"
@@ -209,6 +215,40 @@ def test_interleaved_chunks_are_placed_where_megatron_places_them(
     assert interleaved_placement(layers, pipeline, chunks) == placement
 
 
+@pytest.mark.parametrize(
+    ("layers", "pipeline", "chunks", "sizes"),
+    [
+        (32, 4, 1, (8, 8, 8, 8)),
+        (32, 2, 2, (8, 8, 8, 8)),
+        (30, 4, 1, (7, 8, 8, 7)),
+        # 36 on 5 stages (6, 8, 8, 8, 6) in 2 chunks: each rank's share halved, in the
+        # looped order (chunk k on rank k mod 5).
+        (36, 5, 2, (3, 4, 4, 4, 3, 3, 4, 4, 4, 3)),
+        # 30 on 4 stages in 2 chunks, embedding and loss counted: 32 slots, 4 a chunk.
+        (30, 4, 2, (3, 4, 4, 4, 4, 4, 4, 3)),
+        (30, 4, 3, None),
+    ],
+)
+def test_chunks_hold_their_stages_layers_in_model_order(
+    layers: int, pipeline: int, chunks: int, sizes: tuple[int, ...] | None
+) -> None:
+    found = chunk_layers(layers, pipeline, chunks)
+    assert found == sizes
+    if found is not None:
+        assert sum(found) == layers
+        per_rank = [sum(found[k::pipeline]) for k in range(pipeline)]
+        assert tuple(per_rank) == stage_layers(layers, pipeline)
+
+
+def test_llama3_405b_chunks_leave_the_embedding_and_the_loss_alone() -> None:
+    """126 layers on 16 ranks of 8 chunks: one layer a chunk, but the first chunk holds
+    only the embedding and the last only the output layer and loss (arXiv 2407.21783,
+    section 3.3.2)."""
+    sizes = chunk_layers(126, 16, 8)
+    assert sizes is not None
+    assert (len(sizes), sizes[0], sizes[-1], set(sizes[1:-1])) == (128, 0, 0, {1})
+
+
 def test_the_search_interleaves_an_uneven_split_where_the_framework_can(
     catalog: Catalog,
 ) -> None:
@@ -222,7 +262,7 @@ def test_the_search_interleaves_an_uneven_split_where_the_framework_can(
         }
         for framework in ("megatron", "torchtitan")
     }
-    assert chunks == {"megatron": {1, 2, 4, 8}, "torchtitan": {1}}
+    assert chunks == {"megatron": {1, 2, 4, 8}, "torchtitan": {1, 2, 4, 8}}
 
 
 def test_interleaving_shrinks_the_bubble_of_an_uneven_split(catalog: Catalog) -> None:
@@ -246,17 +286,10 @@ def test_a_pinned_interleaving_of_an_uneven_split_is_planned(catalog: Catalog) -
     )
 
 
-@pytest.mark.parametrize(
-    ("framework", "chunks", "message"),
-    [
-        ("torchtitan", 2, "torchtitan interleaves even splits only; megatron interleaves"),
-        ("megatron", 3, "3 chunks per stage cannot split 7 layers on the first stage, 8 on"),
-    ],
-)
-def test_an_interleaving_the_framework_cannot_place_is_refused(
-    catalog: Catalog, framework: str, chunks: int, message: str
-) -> None:
-    change = {"parallelism": {"virtualPipelineStages": chunks}, "job": {"framework": framework}}
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_an_interleaving_that_cannot_be_placed_is_refused(catalog: Catalog, framework: str) -> None:
+    message = "3 chunks per stage cannot split 7 layers on the first stage, 8 on"
+    change = {"parallelism": {"virtualPipelineStages": 3}, "job": {"framework": framework}}
     spec = TrainingPlanSpec.model_validate(merged(SPEC, change))
     with pytest.raises(PlanInputError) as caught:
         plan(spec, catalog)
@@ -339,6 +372,20 @@ def test_megatron_gets_no_stage_counts_for_an_even_split() -> None:
     assert "--decoder-first-pipeline-num-layers" not in flags
 
 
+def test_torchtitan_interleaves_an_uneven_split_with_a_point_per_chunk() -> None:
+    """7, 8, 8, 7 layers in 2 chunks per rank, embedding and loss counted as layers: 8
+    chunks of 3, 4, 4, 4, 4, 4, 4, 3 layers, chunk k on rank k mod 4."""
+    change = merged(
+        UNEVEN_JOB,
+        {"parallelism": {"virtualPipelineStages": 2}, "job": {"framework": "torchtitan"}},
+    )
+    flags = flag_values(program_args(objects_for(**change)))
+    assert flags["--parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert flags["--parallelism.pipeline_parallel_split_points"] == (
+        "layers.3,layers.7,layers.11,layers.15,layers.19,layers.23,layers.27"
+    )
+
+
 def test_torchtitan_gets_the_split_points() -> None:
     change = merged(UNEVEN_JOB, {"job": {"framework": "torchtitan"}})
     _, result = planned(**change)
@@ -346,3 +393,15 @@ def test_torchtitan_gets_the_split_points() -> None:
     assert result.layout.pipeline == 4
     assert flags["--parallelism.pipeline_parallel_split_points"] == "layers.7,layers.15,layers.23"
     assert "--parallelism.pipeline_parallel_layers_per_stage" not in flags
+
+
+def test_the_reference_trainer_is_not_given_an_uneven_interleaving(catalog: Catalog) -> None:
+    change = {"parallelism": {"virtualPipelineStages": 2}, "job": {"framework": "reference"}}
+    spec = TrainingPlanSpec.model_validate(merged(SPEC, change))
+    with pytest.raises(PlanInputError) as caught:
+        plan(spec, catalog)
+    problems = dict(caught.value.problems)
+    assert (
+        "megatron and torchtitan interleave uneven ones"
+        in problems["parallelism.virtualPipelineStages"]
+    )

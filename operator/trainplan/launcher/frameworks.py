@@ -58,6 +58,7 @@ Pure: builds tuples and dicts; no I/O.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ from trainplan.api import DEFAULT_COMMAND, Plan, TrainingPlanSpec
 from trainplan.launcher.errors import LauncherError
 from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.shapes import ModelShape
-from trainplan.planner.stages import interleaved_placement, stage_layers
+from trainplan.planner.stages import chunk_layers, interleaved_placement, stage_layers
 
 MEGATRON_PROGRAM: Final = ("python", "pretrain_gpt.py")
 """Megatron-LM's GPT pre-training script, relative to the image's working directory."""
@@ -184,6 +185,29 @@ def _megatron_pipeline_split(shape: ModelShape, pipeline: int, chunks: int) -> l
         *_flag("--decoder-last-pipeline-num-layers", split[-1]),
         *interleaving,
     ]
+
+
+def _torchtitan_split_points(shape: ModelShape, pipeline: int, chunks: int) -> str:
+    """torchtitan's stage boundaries ("layers.8,layers.16,..."): where each model chunk
+    after the first begins (`planner.stages.chunk_layers`). Explicit points, because its
+    `pipeline_parallel_layers_per_stage` counts the embedding and the output as one layer
+    each (v0.1.0 `generate_split_points`, input and output weight 1), which the plan's
+    split does not. A chunk may hold no layer: a point at layer 0 leaves the first chunk
+    the embedding alone, and one at the layer count leaves the last the output alone (its
+    `_build_stage` keeps the layers between a chunk's start and stop points)."""
+    sizes = chunk_layers(shape.layers, pipeline, chunks)
+    if sizes is None:
+        raise LauncherError(
+            [
+                (
+                    "parallelism.virtualPipelineStages",
+                    f"{chunks} chunks per stage cannot split {shape.layers} layers on"
+                    f" {pipeline} stages evenly",
+                )
+            ]
+        )
+    starts = list(itertools.accumulate(sizes[:-1]))
+    return ",".join(f"layers.{start}" for start in starts)
 
 
 def megatron_arguments(
@@ -370,29 +394,12 @@ def torchtitan_arguments(
             *_flag("--parallelism.expert_tensor_parallel_degree", layout.expert_tensor),
         ]
     if layout.pipeline > 1:
-        stages = layout.pipeline * layout.virtual_pipeline_stages
         schedule = "Interleaved1F1B" if layout.virtual_pipeline_stages > 1 else "1F1B"
         args += _flag("--parallelism.pipeline_parallel_schedule", schedule)
-        split = _uneven_split(shape, layout.pipeline)
-        if split is not None and layout.virtual_pipeline_stages > 1:
-            raise LauncherError(
-                [
-                    (
-                        "parallelism.virtualPipelineStages",
-                        "torchtitan is given split points for one chunk per stage: an uneven"
-                        " split is not interleaved with it; use framework megatron or one"
-                        " chunk per stage",
-                    )
-                ]
-            )
-        if split is None:
-            per_stage = shape.layers // stages
-            args += _flag("--parallelism.pipeline_parallel_layers_per_stage", per_stage)
-        else:
-            # Each stage after the first begins at a layer: "layers.13,layers.27,...".
-            starts = [sum(split[:index]) for index in range(1, len(split))]
-            points = ",".join(f"layers.{start}" for start in starts)
-            args += _flag("--parallelism.pipeline_parallel_split_points", points)
+        args += _flag(
+            "--parallelism.pipeline_parallel_split_points",
+            _torchtitan_split_points(shape, layout.pipeline, layout.virtual_pipeline_stages),
+        )
         args += _flag("--parallelism.pipeline_parallel_microbatch_size", layout.micro_batch_size)
     only_data_parallel = layout.tensor == 1 and layout.pipeline == 1
     if layout.zero_stage == 0 and only_data_parallel:

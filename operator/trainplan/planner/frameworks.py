@@ -15,9 +15,9 @@
 - Uneven pipeline stages (a degree that does not divide the layers, `planner.stages`):
   Megatron-LM (first and last stage layer counts) and torchtitan (split points) place
   them; DeepSpeed's pipeline is partitioned by the user's own `PipelineModule`, which
-  trainplan does not set, so it gets even splits only. Interleaving on an uneven split
-  (`planner.stages.interleaved_placement`) is Megatron-LM's: trainplan renders
-  torchtitan's split points for one chunk per stage only.
+  trainplan does not set, so it gets even splits only. Both Megatron-LM and torchtitan
+  (split points per chunk) interleave an uneven split where
+  `planner.stages.interleaved_placement` places it.
 - Mixture-of-experts: Megatron-LM (`--num-experts`, `--expert-model-parallel-size`,
   `--expert-tensor-parallel-size`, with its distributed optimizer and pipelines) and
   torchtitan (`--parallelism.expert_parallel_degree` and
@@ -107,6 +107,6 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         expert_parallel=False,
         max_zero_stage_with_experts=2,
     ),
-    "torchtitan": FrameworkLimits((0, 1, 2, 3), 2, uneven_interleaving=False),
+    "torchtitan": FrameworkLimits((0, 1, 2, 3), 2),
 }
 ANY_FRAMEWORK = FrameworkLimits((0, 1, 2, 3), 2)

@@ -331,8 +331,8 @@ def _pipeline_problems(
             (
                 "parallelism.virtualPipelineStages",
                 f"{pipeline} stages split {layers} layers unevenly, and job.framework"
-                f" {framework} interleaves even splits only; megatron interleaves uneven"
-                " ones",
+                f" {framework} interleaves even splits only; megatron and torchtitan"
+                " interleave uneven ones",
             )
         ]
     if interleaved_placement(layers, pipeline, chunks) is None:

@@ -125,3 +125,22 @@ def interleaved_placement(layers: int, pipeline: int, chunks: int) -> Interleave
     if pipeline > 2 and first == last == middle - 1 and middle % chunks == 0:
         return "embedding-loss"
     return None
+
+
+def chunk_layers(layers: int, pipeline: int, chunks: int) -> tuple[int, ...] | None:
+    """Layers of each of the `pipeline` x `chunks` model chunks in model order (chunk k
+    runs on pipeline rank k mod `pipeline`, the looped order of interleaved schedules), as
+    `interleaved_placement` places them: each rank's share split evenly over its chunks,
+    or, with the embedding and the loss counted as layers, (L + 2) / (p v) slots per
+    chunk, the first chunk's first and the last chunk's last slot theirs (so a chunk may
+    hold no layer). None where no placement exists."""
+    placement = interleaved_placement(layers, pipeline, chunks)
+    if placement is None:
+        return None
+    count = pipeline * chunks
+    if placement == "embedding-loss":
+        slots = (layers + 2) // count
+        return (slots - 1, *(slots,) * (count - 2), slots - 1)
+    per_rank = stage_layers(layers, pipeline)
+    assert per_rank is not None  # a placement exists only on a split
+    return tuple(per_rank[k % pipeline] // chunks for k in range(count))
