@@ -69,7 +69,7 @@ from trainplan.api import DEFAULT_COMMAND, Plan, TrainingPlanSpec
 from trainplan.launcher.errors import LauncherError
 from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.shapes import ModelShape
-from trainplan.planner.stages import chunk_layers, interleaved_placement, stage_layers
+from trainplan.planner.stages import chunk_layers, interleaved_placement, split_counts
 
 MEGATRON_PROGRAM: Final = ("python", "pretrain_gpt.py")
 """Megatron-LM's GPT pre-training script, relative to the image's working directory."""
@@ -136,53 +136,45 @@ def _flag(name: str, value: int | str) -> tuple[str, str]:
     return (name, str(value))
 
 
-def _uneven_split(shape: ModelShape, pipeline: int) -> tuple[int, ...] | None:
-    """The layers of each stage when `pipeline` does not divide them (`planner.stages`);
-    None for an even split."""
-    if pipeline == 1 or shape.layers % pipeline == 0:
-        return None
-    split = stage_layers(shape.layers, pipeline)
-    if split is None:
-        raise LauncherError(
-            [("parallelism.pipeline", f"{pipeline} stages cannot split {shape.layers} layers")]
-        )
-    return split
+def _unplaced(shape: ModelShape, pipeline: int, chunks: int) -> LauncherError:
+    return LauncherError(
+        [
+            (
+                "parallelism.virtualPipelineStages",
+                f"{chunks} chunks per stage cannot split {shape.layers} layers on"
+                f" {pipeline} stages evenly",
+            )
+        ]
+    )
 
 
 def _megatron_pipeline_split(shape: ModelShape, pipeline: int, chunks: int) -> list[str]:
-    """Megatron-LM's flags for the stage split and its interleaved chunks
-    (`planner.stages.interleaved_placement`): chunk sizes on an even split; the first and
-    last stage layer counts on an uneven one, with the chunk count, or the embedding and
-    loss counted as layers where the chunks divide only that split (Megatron-LM
-    core_v0.19.0 `TransformerConfig`)."""
-    split = _uneven_split(shape, pipeline)
-    if split is None:
+    """Megatron-LM's flags for the stage split and its interleaved chunks, by their
+    placement (`planner.stages.interleaved_placement`, from Megatron-LM core_v0.19.0's
+    `TransformerConfig`): chunk sizes on an even split; the first and last stage layer
+    counts on an uneven one, with the chunk count; or the embedding and the loss counted
+    as layers, with the chunk count."""
+    if pipeline == 1:
+        return []
+    placement = interleaved_placement(shape.layers, pipeline, chunks)
+    if placement is None:
+        raise _unplaced(shape, pipeline, chunks)
+    if placement == "even":
         if chunks == 1:
             return []
-        return list(
-            _flag("--num-layers-per-virtual-pipeline-stage", shape.layers // (pipeline * chunks))
-        )
+        per_chunk = shape.layers // (pipeline * chunks)
+        return list(_flag("--num-layers-per-virtual-pipeline-stage", per_chunk))
     interleaving = _flag("--num-virtual-stages-per-pipeline-rank", chunks) if chunks > 1 else ()
-    placement = interleaved_placement(shape.layers, pipeline, chunks)
     if placement == "embedding-loss":
         return [
             "--account-for-embedding-in-pipeline-split",
             "--account-for-loss-in-pipeline-split",
             *interleaving,
         ]
-    if placement is None:
-        raise LauncherError(
-            [
-                (
-                    "parallelism.virtualPipelineStages",
-                    f"{chunks} chunks per stage cannot split {shape.layers} layers on"
-                    f" {pipeline} stages evenly",
-                )
-            ]
-        )
+    first, _, last = split_counts(shape.layers, pipeline) or (0, 0, 0)
     return [
-        *_flag("--decoder-first-pipeline-num-layers", split[0]),
-        *_flag("--decoder-last-pipeline-num-layers", split[-1]),
+        *_flag("--decoder-first-pipeline-num-layers", first),
+        *_flag("--decoder-last-pipeline-num-layers", last),
         *interleaving,
     ]
 
@@ -197,15 +189,7 @@ def _torchtitan_split_points(shape: ModelShape, pipeline: int, chunks: int) -> s
     `_build_stage` keeps the layers between a chunk's start and stop points)."""
     sizes = chunk_layers(shape.layers, pipeline, chunks)
     if sizes is None:
-        raise LauncherError(
-            [
-                (
-                    "parallelism.virtualPipelineStages",
-                    f"{chunks} chunks per stage cannot split {shape.layers} layers on"
-                    f" {pipeline} stages evenly",
-                )
-            ]
-        )
+        raise _unplaced(shape, pipeline, chunks)
     starts = list(itertools.accumulate(sizes[:-1]))
     return ",".join(f"layers.{start}" for start in starts)
 

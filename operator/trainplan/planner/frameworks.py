@@ -48,9 +48,8 @@ class FrameworkLimits:
     """Tensor parallelism needs vocab, MLP width and kv heads divisible by its degree."""
     uneven_pipeline: bool = True
     """Pipeline degrees that do not divide the layers are placed (first and last stages
-    take the remainder)."""
-    uneven_interleaving: bool = True
-    """Such an uneven split also runs interleaved chunks (`interleaved_placement`)."""
+    take the remainder), with interleaved chunks where `interleaved_placement` places
+    them."""
     context_parallel: bool = True
     """Sequences can be split over context-parallel ranks (ring attention)."""
     experts: bool = True
@@ -95,14 +94,12 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         context_parallel=False,
         experts=False,
         expert_parallel=False,
-        uneven_interleaving=False,
     ),
     "megatron": FrameworkLimits((0, 1), 1, expert_comm_overlap=True),
     "deepspeed": FrameworkLimits(
         (0, 1, 2, 3),
         1,
         uneven_pipeline=False,
-        uneven_interleaving=False,
         context_parallel=False,
         expert_parallel=False,
         max_zero_stage_with_experts=2,

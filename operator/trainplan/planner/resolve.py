@@ -303,7 +303,7 @@ def _pipeline_problems(
 ) -> list[tuple[str, str]]:
     """Why `pipeline` stages (with `chunks` interleaved chunks each) cannot hold the
     layers: an uneven split (`planner.stages`) needs a framework that places it, and
-    interleaving one whose chunks it places evenly (`interleaved_placement`)."""
+    interleaved chunks a split they divide evenly (`interleaved_placement`)."""
     layers = shape.layers
     limits = FRAMEWORK_LIMITS[framework]
     if layers % pipeline:
@@ -326,15 +326,6 @@ def _pipeline_problems(
             ]
     if chunks is None or chunks == 1:
         return []
-    if layers % pipeline and not limits.uneven_interleaving:
-        return [
-            (
-                "parallelism.virtualPipelineStages",
-                f"{pipeline} stages split {layers} layers unevenly, and job.framework"
-                f" {framework} interleaves even splits only; megatron and torchtitan"
-                " interleave uneven ones",
-            )
-        ]
     if interleaved_placement(layers, pipeline, chunks) is None:
         first, middle, last = split_counts(layers, pipeline) or (0, 0, 0)
         stages = (

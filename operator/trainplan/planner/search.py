@@ -317,8 +317,8 @@ def _sequence_parallel(t: int, pins: LayoutPins) -> list[bool]:
 
 def _virtual_stages(layers: int, p: int, pins: LayoutPins) -> list[int]:
     """Interleaved chunks per stage: one, or those the split places evenly
-    (`interleaved_placement`; on an uneven split only where the framework interleaves
-    it)."""
+    (`interleaved_placement`; an uneven split reaches here only where the framework
+    places it, `pipeline_splits`)."""
     if p == 1:
         return [1]
     candidates = (
@@ -326,12 +326,7 @@ def _virtual_stages(layers: int, p: int, pins: LayoutPins) -> list[int]:
         if pins.virtual_stages is not None
         else range(1, _MAX_VIRTUAL_STAGES + 1)
     )
-    placeable = layers % p == 0 or pins.framework.uneven_interleaving
-    return [
-        v
-        for v in candidates
-        if v == 1 or (placeable and interleaved_placement(layers, p, v) is not None)
-    ]
+    return [v for v in candidates if v == 1 or interleaved_placement(layers, p, v) is not None]
 
 
 def _micro_batches(per_rank: int, pins: LayoutPins) -> list[int]:
