@@ -18,8 +18,10 @@ from trainplan.eta import (
     naive_remaining_seconds,
     revise,
 )
+from trainplan.eta.failures import Evidence, interruption_laws
 
 T0 = datetime(2026, 11, 22, tzinfo=UTC)
+HOURS = 3600.0
 FACTS = PlanFacts(
     total_steps=1000,
     planned_step_seconds=1.0,
@@ -304,3 +306,20 @@ def test_a_grossly_wrong_plan_drops_out() -> None:
     assert estimate is not None
     assert estimate.step_seconds == pytest.approx(1.0, rel=0.02)
     assert estimate.measured_weight > 0.99
+
+
+def test_a_cost_between_a_restart_and_an_outage_is_partly_each() -> None:
+    laws = interruption_laws(
+        prior_per_second=10 / 86400.0,
+        prior_cost_seconds=1800.0,
+        max_prior_seconds=30 * 86400.0,
+        evidence=Evidence(),
+    )
+    costs = [0.5 * HOURS, 2 * HOURS, 8 * HOURS, 20 * HOURS, 72 * HOURS]
+    shares = [laws.major_share(cost) for cost in costs]
+    # None below an hour, almost all of a three-day outage, in between more the longer
+    # it was.
+    assert shares[0] == 0.0
+    assert shares[-1] > 0.99
+    assert shares == sorted(shares)
+    assert 0.0 < shares[2] < 1.0

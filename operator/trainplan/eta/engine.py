@@ -34,6 +34,7 @@ cost) + rest; its 10th, 50th and 90th percentiles are computed from that law.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from trainplan.eta.distribution import Cumulants, lognormal_cumulants, percentiles
@@ -136,7 +137,9 @@ class Limits:
     stall_seconds: float
     """Lost time below this is not an interruption (unless it was a failure)."""
     major_seconds: float
-    """An interruption costing more than this is a major outage."""
+    """A pause without failure lasting more than this is a major outage, not pace."""
+    major_share: Callable[[float], float] = lambda _cost: 0.0
+    """The probability that an interruption of this cost (seconds) was a major outage."""
 
 
 def _open_episode(state: EtaState, now: float, cause: str) -> EtaState:
@@ -202,13 +205,18 @@ def _close_episode(
             evidence=replace(evidence, interruptions=max(0.0, evidence.interruptions - 1)),
         )
     cost = max(0.0, cost_seconds)
+    major = limits.major_share(cost)
     evidence = state.evidence
-    if cost > limits.major_seconds:
-        evidence = replace(evidence, major_costs=evidence.major_costs.add(cost))
-        state = replace(state, major_costs=state.major_costs.add(cost), evidence=evidence)
-    else:
-        evidence = replace(evidence, costs=evidence.costs.add(cost))
-        state = replace(state, costs=state.costs.add(cost), evidence=evidence)
+    state = replace(
+        state,
+        costs=state.costs.add(cost, 1.0 - major),
+        major_costs=state.major_costs.add(cost, major),
+        evidence=replace(
+            evidence,
+            costs=evidence.costs.add(cost, 1.0 - major),
+            major_costs=evidence.major_costs.add(cost, major),
+        ),
+    )
     # A restart nobody reported: the step went back, or the metrics went silent and time
     # was lost (a restart from a checkpoint just written regains its step at once).
     unexplained = (episode.resumed or episode.cause == "silent") and not episode.reported
@@ -484,10 +492,13 @@ def revise(
         major = _interruptions(facts, state, speed).major_above_seconds
     else:
         speed, major = state.seconds_per_work, state.major_seconds
+    before = state
     limits = Limits(
         seconds_per_work=speed,
         stall_seconds=stall.limit_seconds(speed * facts.work_per_step),
         major_seconds=major,
+        # The laws are priced only when an interruption closes.
+        major_share=lambda cost: _interruptions(facts, before, speed).major_share(cost),
     )
     state = _observe(facts, state, observation, limits)
     now = state.last_time if state.last_time is not None else observation.time.timestamp()

@@ -25,8 +25,9 @@ with the plan's cost (restart plus half a checkpoint interval) as prior median. 
 outages (a cluster, storage or network incident; a hang nobody noticed) come at a rate
 per wall-clock second, whatever the job's size, and cost a log-normal amount with a
 prior median of `MAJOR_PRIOR_MEDIAN_SECONDS`. Each law is updated by its own episodes
-(normal-inverse-chi-squared update of the log costs: Gelman et al., section 3.3), an
-episode beyond the ordinary law's 99th percentile being a major one. So one multi-day
+(normal-inverse-chi-squared update of the log costs: Gelman et al., section 3.3), each
+episode counting for each kind by the probability that it was of that kind (its cost
+under each law, weighed by the kinds' rates: `Interruptions.major_share`). So one multi-day
 outage raises the expected cost of the run's rest by one more outage's worth, not by
 its length at every restart. An interruption in progress is one whose cost is known to
 exceed its elapsed time: its expected rest is the mean residual life of the two kinds at
@@ -93,6 +94,8 @@ MAJOR_PRIOR_LOG_SD = 1.0
 MAJOR_PRIOR_WEIGHT = 1.0
 MAJOR_MIN_SECONDS = 3600.0
 """No interruption shorter than an hour is a major outage."""
+CLEAR_SHARE = 1e-3
+"""A share of being a major outage below this is none, above 1 less this is one."""
 Z99 = 2.3263478740408408
 """Standard normal quantile of 0.99."""
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -143,14 +146,16 @@ class CostStats:
             self.total_seconds * factor,
         )
 
-    def add(self, cost_seconds: float) -> CostStats:
+    def add(self, cost_seconds: float, weight: float = 1.0) -> CostStats:
+        """After one more episode of this cost, counted `weight` times (its share of
+        being of this kind)."""
         cost = max(MIN_COST_SECONDS, cost_seconds)
         log_cost = math.log(cost)
         return CostStats(
-            self.count + 1,
-            self.log_sum + log_cost,
-            self.log_squared_sum + log_cost**2,
-            self.total_seconds + cost,
+            self.count + weight,
+            self.log_sum + weight * log_cost,
+            self.log_squared_sum + weight * log_cost**2,
+            self.total_seconds + weight * cost,
         )
 
 
@@ -252,6 +257,12 @@ class CostLaw:
 
     def quantile(self, z: float) -> float:
         return math.exp(self.log_median + z * self.log_sd)
+
+    def log_density(self, cost_seconds: float) -> float:
+        """log of the probability density of a cost of `cost_seconds` (per second)."""
+        log_cost = math.log(max(MIN_COST_SECONDS, cost_seconds))
+        z = (log_cost - self.log_median) / self.log_sd
+        return -log_cost - math.log(self.log_sd) - _LOG_SQRT_2PI - z * z / 2
 
     def log_survival(self, age_seconds: float) -> float:
         """log P(cost > age)."""
@@ -477,9 +488,36 @@ class Interruptions:
 
     @property
     def major_above_seconds(self) -> float:
-        """An interruption costing more than this was a major outage: beyond the ordinary
-        law's 99th percentile, and at least `MAJOR_MIN_SECONDS`."""
+        """A pause without any sign of failure lasting more than this was a major outage
+        (an unnoticed hang), not the run's pace: beyond the ordinary law's 99th
+        percentile, and at least `MAJOR_MIN_SECONDS`."""
         return max(MAJOR_MIN_SECONDS, self.ordinary_cost.quantile(Z99))
+
+    def major_share(self, cost_seconds: float) -> float:
+        """The probability that an interruption that cost `cost_seconds` was a major
+        outage: each kind weighed by its rate and its cost law's density at that cost
+        (Bayes' rule on the two-kind mixture, the E step of EM: Dempster, Laird and
+        Rubin, JRSS B 39(1), 1977). None below `MAJOR_MIN_SECONDS`; shares within
+        `CLEAR_SHARE` of 0 or 1 are taken as such. A soft share, unlike a threshold on
+        the ordinary law, does not let a few long outages counted as ordinary widen that
+        law until every later one counts as ordinary too."""
+        if cost_seconds <= MAJOR_MIN_SECONDS:
+            return 0.0
+        ordinary, major = self.ordinary_rate.mean, self.major_rate.mean
+        if major <= 0:
+            return 0.0
+        if ordinary <= 0:
+            return 1.0
+        log_odds = (
+            math.log(major)
+            + self.major_cost.log_density(cost_seconds)
+            - math.log(ordinary)
+            - self.ordinary_cost.log_density(cost_seconds)
+        )
+        share = 1.0 / (1.0 + math.exp(-log_odds)) if log_odds > -700 else 0.0
+        if share < CLEAR_SHARE:
+            return 0.0
+        return 1.0 if share > 1.0 - CLEAR_SHARE else share
 
     def residual(self, age_seconds: float) -> Cumulants:
         """Cumulants of the rest of an interruption that has lasted `age_seconds`: the
