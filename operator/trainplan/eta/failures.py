@@ -27,9 +27,9 @@ per wall-clock second, whatever the job's size, and cost a log-normal amount wit
 prior median of `MAJOR_PRIOR_MEDIAN_SECONDS`. Each law is updated by its own episodes
 (normal-inverse-chi-squared update of the log costs: Gelman et al., section 3.3), each
 episode counting for each kind by the probability that it was of that kind (its cost
-under each law, weighed by the kinds' rates: `Interruptions.major_share`). So one multi-day
-outage raises the expected cost of the run's rest by one more outage's worth, not by
-its length at every restart. An interruption in progress is one whose cost is known to
+under each law, weighed by the kinds' rates: `Interruptions.major_share`). So one
+multi-day outage raises the expected cost of the run's rest by one more outage's worth,
+not by its length at every restart. An interruption in progress is one whose cost is known to
 exceed its elapsed time: its expected rest is the mean residual life of the two kinds at
 that age, which shifts to the major law as it lasts (partial moments of the log-normal:
 Johnson, Kotz and Balakrishnan, Continuous Univariate Distributions, vol. 1, 2nd ed.,

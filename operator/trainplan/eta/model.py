@@ -110,9 +110,10 @@ class EtaState:
     episode: Episode | None = None
     """The interruption in progress."""
     costs: CostStats = field(default_factory=CostStats)
-    """Log costs of the closed ordinary interruptions."""
+    """Log costs of the closed ordinary interruptions, each counted by its share of
+    being one (`Interruptions.major_share`)."""
     major_costs: CostStats = field(default_factory=CostStats)
-    """Log costs of the closed major outages."""
+    """Log costs of the closed major outages, each counted by its share of being one."""
     restart_costs_seconds: tuple[float, ...] = ()
     """The latest closed episodes' costs (bounded)."""
     lost_seconds: float = 0.0
