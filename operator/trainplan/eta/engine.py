@@ -138,7 +138,7 @@ class Limits:
     """Lost time below this is not an interruption (unless it was a failure)."""
     major_seconds: float
     """A pause without failure lasting more than this is a major outage, not pace."""
-    major_share: Callable[[float], float] = lambda _cost: 0.0
+    major_share: Callable[[float], float]
     """The probability that an interruption of this cost (seconds) was a major outage."""
 
 
