@@ -23,6 +23,7 @@ import platform
 import signal
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from rich.console import Console
 from tests.runtime.train_harness import worker_pids
 from trainplan.api import parse_training_plan_spec
 from trainplan.eta import naive_remaining_seconds
-from trainplan.local.launch import plan_locally
+from trainplan.local.launch import LocalPlan, plan_locally
 from trainplan.local.report import Revision
 from trainplan.local.runner import Hooks, LocalOptions, run_local
 from trainplan.planner import load_catalog
@@ -57,11 +58,25 @@ def _document(fleet_prior: bool) -> dict[str, Any]:
         "maxRestarts": 3,
     }
     if not fleet_prior:
-        gpu_hours = PROCESSES * NOMINAL_RUN_SECONDS / 3600.0
-        spec["reliability"]["interruptionsPerGPUHour"] = 1.0 / gpu_hours
         spec["reliability"]["restartSeconds"] = RESTART_SECONDS
     document["metadata"] = {"name": "eta-accuracy"}
     return document
+
+
+def _local_plan(fleet_prior: bool) -> LocalPlan:
+    """The plan run here; unless `fleet_prior`, with the failure rate the benchmark injects:
+    one interruption per run of about `NOMINAL_RUN_SECONDS` (24 per process-hour on 2
+    processes). That is above the spec's bound of 1 per GPU-hour (meant for clusters,
+    whose published rates are about 2e-5), so it is set on the plan the ETA starts from,
+    not on the spec; the planned duration leaves the interruption out."""
+    spec = parse_training_plan_spec(_document(fleet_prior))
+    local = plan_locally("eta-accuracy", spec, PROCESSES, load_catalog())
+    if fleet_prior:
+        return local
+    reliability = local.plan.reliability.model_copy(
+        update={"mean_seconds_between_interruptions": NOMINAL_RUN_SECONDS}
+    )
+    return replace(local, plan=local.plan.model_copy(update={"reliability": reliability}))
 
 
 def score(revisions: list[Revision]) -> tuple[float, list[tuple[float, float, float, float]]]:
@@ -80,10 +95,8 @@ def score(revisions: list[Revision]) -> tuple[float, list[tuple[float, float, fl
 
 
 def main() -> int:
-    catalog = load_catalog()
     fleet_prior = "--fleet-prior" in sys.argv[1:]
-    spec = parse_training_plan_spec(_document(fleet_prior))
-    local = plan_locally("eta-accuracy", spec, PROCESSES, catalog)
+    local = _local_plan(fleet_prior)
     agents: list[int] = []
     killed: list[int] = []
 
