@@ -39,6 +39,13 @@ the running trainer the same way; the JSON is rewritten after every shape, so a 
 run leaves what it measured. A shape that runs out of GPU memory is retried once with
 half the micro-batch when the budget allows.
 
+`--profile` runs each trainer under `benchmarks.trainer_profile` (torch.profiler, the
+5 steps after the warm-up and one profiler warm-up step): the record then holds the
+kernels' device time per step by kind, for `benchmarks.reference_gpu_compare --kinds`. The
+profiled steps run slower than the others (the profiler's own work), so a profiled run
+needs more steps than the median's. Every run samples NVML's SM clock and power draw with
+the memory and records their medians over the steady steps.
+
 `--tiny` runs two tiny shapes for 5 steps on whatever device there is (CPU included), to
 test this module where there is no GPU. It imports the standard library, torch and
 `trainplan.runtime` (whose trainer loads torch, numpy and prometheus-client); NVML
@@ -87,6 +94,8 @@ MIN_STEADY_STEPS: Final = 3
 """Fewer steady steps than this (after the warm-up) is no measurement."""
 SAMPLE_SECONDS: Final = 0.05
 """How often NVML's memory in use is read while a trainer runs."""
+PROFILED_STEPS: Final = 5
+"""Steps `--profile` records after the warm-up steps and one profiler warm-up step."""
 STOP_GRACE_SECONDS: Final = 5.0
 """How long a stopped trainer gets between SIGTERM and SIGKILL."""
 TAIL_LINES: Final = 40
@@ -535,6 +544,17 @@ class Nvml:
         except Exception:
             return None
 
+    def clock_and_power(self) -> tuple[int, float] | None:
+        """The SM clock now (MHz) and the board's power draw (W); None without NVML."""
+        if self.api is None:
+            return None
+        try:
+            clock = int(self.api.nvmlDeviceGetClockInfo(self.handle, self.api.NVML_CLOCK_SM))
+            watts = self.api.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
+        except Exception:
+            return None
+        return clock, float(watts)
+
     def describe(self) -> dict[str, Any]:
         """Driver, CUDA driver version, the device's name, memory, power limit and clocks."""
         if self.api is None:
@@ -699,28 +719,41 @@ def run_shape(
     operator_dir: str,
     *,
     device: str | None = None,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """Run the trainer on `shape` for at most `timeout_seconds`; its measurement (a
-    failure unless the trainer ran on `device`, when given)."""
+    failure unless the trainer ran on `device`, when given). With `profile`, the trainer
+    runs under `benchmarks.trainer_profile` and the record holds its kernels by kind."""
     step_log_path = workdir / f"{shape.name}.steps"
     describe_path = workdir / f"{shape.name}.describe.json"
-    step_log_path.unlink(missing_ok=True)
-    describe_path.unlink(missing_ok=True)
+    profile_path = workdir / f"{shape.name}.profile.json"
+    for path in (step_log_path, describe_path, profile_path):
+        path.unlink(missing_ok=True)
     flags = shape.trainer_flags()
-    argv = [
-        sys.executable,
-        "-m",
-        "trainplan.runtime.train",
-        *flags,
-        "--step-log",
-        str(step_log_path),
-        "--describe",
-        str(describe_path),
-    ]
+    trainer_flags = [*flags, "--step-log", str(step_log_path), "--describe", str(describe_path)]
     env = trainer_environment(os.environ, operator_dir)
+    if profile:
+        argv = [
+            sys.executable,
+            "-m",
+            "benchmarks.trainer_profile",
+            "--output",
+            str(profile_path),
+            "--skip",
+            str(shape.warmup_steps),
+            "--active",
+            str(PROFILED_STEPS),
+            "--",
+            *trainer_flags,
+        ]
+        root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], root])
+    else:
+        argv = [sys.executable, "-m", "trainplan.runtime.train", *trainer_flags]
     output = _Output([], threading.Lock())
     memory_before = nvml.memory_used()
     peak_memory = memory_before
+    clock_samples: list[tuple[float, int, float]] = []
     started = time.monotonic()
     stopped_at_limit = False
     returncode: int | None = None
@@ -736,6 +769,9 @@ def run_shape(
             used = nvml.memory_used()
             if used is not None:
                 peak_memory = used if peak_memory is None else max(peak_memory, used)
+            sample = nvml.clock_and_power()
+            if sample is not None:
+                clock_samples.append((time.monotonic(), *sample))
             time.sleep(SAMPLE_SECONDS)
         if stopped_at_limit:
             stop_group(process)
@@ -774,6 +810,16 @@ def run_shape(
         "nvml_memory_used_before_bytes": memory_before,
         "nvml_peak_memory_used_bytes": peak_memory,
     }
+    if len(arrivals) > shape.warmup_steps:
+        # The clock and the power while the steady steps ran.
+        steady_since = arrivals[shape.warmup_steps]
+        steady = [(mhz, watts) for when, mhz, watts in clock_samples if when >= steady_since]
+        if steady:
+            record["nvml_sm_clock_median_mhz"] = quantile([mhz for mhz, _ in steady], 0.5)
+            record["nvml_power_median_watts"] = quantile([watts for _, watts in steady], 0.5)
+    if profile:
+        with contextlib.suppress(OSError, ValueError):
+            record["kernel_profile"] = json.loads(profile_path.read_text(encoding="utf-8"))
     if len(arrivals) > shape.warmup_steps + 1:
         # gaps[i] is the time from step i + 1's line to step i + 2's.
         gaps = [b - a for a, b in itertools.pairwise(arrivals)]
@@ -818,11 +864,12 @@ def _measure(
     operator_dir: str,
     *,
     device: str | None,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """One shape, once more with half the micro-batch if it ran out of memory and there
     is time before `deadline` (monotonic seconds)."""
     limit = min(shape.timeout_seconds, deadline - time.monotonic())
-    record = run_shape(shape, workdir, limit, nvml, operator_dir, device=device)
+    record = run_shape(shape, workdir, limit, nvml, operator_dir, device=device, profile=profile)
     left = deadline - time.monotonic()
     if (
         record.get("out_of_memory")
@@ -832,7 +879,9 @@ def _measure(
         smaller = replace(shape, micro_batch_size=shape.micro_batch_size // 2)
         print(f"  out of memory: again with micro-batch {smaller.micro_batch_size}", flush=True)
         limit = min(shape.timeout_seconds, left)
-        record = run_shape(smaller, workdir, limit, nvml, operator_dir, device=device)
+        record = run_shape(
+            smaller, workdir, limit, nvml, operator_dir, device=device, profile=profile
+        )
         record["retried_after_out_of_memory_at_micro_batch"] = shape.micro_batch_size
     return record
 
@@ -843,6 +892,8 @@ def run(
     budget_seconds: float,
     tiny: bool,
     started: float | None = None,
+    *,
+    profile: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """Measure `shapes` until `budget_seconds` after `started` (monotonic; default now),
     rewriting `output` after each; the document and the exit code (0 all measured, 1
@@ -859,6 +910,7 @@ def run(
         "tiny": tiny,
         "budget_seconds": budget_seconds,
         "flops_formula": FLOPS_FORMULA,
+        "profiled": profile,
         "step_seconds_source": (
             "the trainer's per-step timing (perf_counter around each optimizer step, which "
             "ends in a device synchronisation), from its log lines with --log-interval-steps 1"
@@ -905,6 +957,7 @@ def run(
                         nvml,
                         operator_dir,
                         device=None if tiny else "cuda",
+                        profile=profile,
                     )
                 except StopRequestedError:
                     document["shapes"].append({"name": shape.name, "status": "interrupted"})
@@ -948,6 +1001,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"wall-clock budget of all shapes (default {DEFAULT_BUDGET_SECONDS:g})",
     )
     parser.add_argument(
+        "--profile",
+        action="store_true",
+        help=f"run each trainer under torch.profiler ({PROFILED_STEPS} steps after the "
+        "warm-up): its kernel time by kind in the JSON (benchmarks.trainer_profile)",
+    )
+    parser.add_argument(
         "--only", action="append", default=None, metavar="NAME", help="run only this shape"
     )
     parser.add_argument(
@@ -977,6 +1036,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"--steps must leave {MIN_STEADY_STEPS} steps after the warm-up", file=sys.stderr)
             return 2
         shapes = tuple(replace(shape, steps=args.steps) for shape in shapes)
+    if args.profile:
+        short = [s.name for s in shapes if s.steps < s.warmup_steps + 1 + PROFILED_STEPS]
+        if short:
+            print(f"--profile needs more steps than {short} run", file=sys.stderr)
+            return 2
     if not args.tiny and not cuda_available():
         print("no CUDA device: run on a GPU, or pass --tiny", file=sys.stderr)
         return 2
@@ -988,7 +1052,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{len(shapes)} shapes, budget {args.budget_seconds:g} s; results in {output}",
         flush=True,
     )
-    document, exit_code = run(shapes, output, args.budget_seconds, args.tiny, _STARTED)
+    document, exit_code = run(
+        shapes, output, args.budget_seconds, args.tiny, _STARTED, profile=args.profile
+    )
     device = document["device"]
     print(
         f"device {device.get('name')} ({device.get('nvml', {}).get('driver_version')}), "

@@ -15,7 +15,10 @@ peak NVML saw (which includes the CUDA context and PyTorch's cache).
 
 Prints a table (rich, or `--markdown`): measured median and 10-90% of the steady steps,
 planned step and range, the error planned / measured - 1, whether the measurement lies in
-the range, model TFLOP/s and MFU against the catalog's dense peak.
+the range, model TFLOP/s and MFU against the catalog's dense peak. With `--kinds`, for
+a run of `benchmarks.reference_gpu --profile`, it prints instead where each shape's step
+went, kind by kind (`KIND_GROUPS`): the profiled kernels' seconds beside the planner's
+terms for the same work (`planned_kinds`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,12 @@ from trainplan.planner.flops import model_flops_per_token
 from trainplan.planner.layout import Checkpointing, Layout, Optimizer, Precision, Workload
 from trainplan.planner.memory import estimate_memory
 from trainplan.planner.shapes import ModelShape
-from trainplan.planner.steptime import step_time
+from trainplan.planner.steptime import (
+    layer_pass_seconds,
+    logits_pass,
+    optimizer_seconds,
+    step_time,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +170,95 @@ def compare_record(record: Mapping[str, Any], gpu: GPUSpec, calibration: Calibra
     )
 
 
+KIND_GROUPS: dict[str, tuple[str, ...]] = {
+    # The planner's terms, each with the profiled kinds (`benchmarks.trainer_profile`)
+    # that do that work: a layer's memory-bound kernels are one term of the planner
+    # (`elementwise_bytes_per_hidden` and the MLP activation's bytes).
+    "matrix multiplies": ("matrix multiplies",),
+    "attention core": ("attention",),
+    "softmax and cross-entropy": ("softmax and cross-entropy",),
+    "norms, casts and other elementwise": (
+        "layer norms",
+        "embedding",
+        "copies and casts",
+        "other elementwise",
+    ),
+    "optimizer": ("optimizer (multi-tensor)",),
+    "collectives": ("collectives",),
+}
+
+
+def planned_kinds(workload: Workload, layout: Layout, calibration: Calibration) -> dict[str, float]:
+    """The planner's step on one GPU (TP1 PP1 DP1, no accumulation) by `KIND_GROUPS`:
+    every layer's forward, backward (twice the forward's matrix and elementwise work) and,
+    with full recompute, one more forward (selective: the attention core and the modules
+    it rebuilds); the output layer and loss; the optimizer."""
+    if layout.gpus != 1 or layout.accumulation_steps != 1:
+        raise ValueError("kinds are planned for one GPU without accumulation")
+    layer = layer_pass_seconds(workload, layout, calibration)
+    forwards = 4.0 if layout.checkpointing == "full" else 3.0  # forward, 2x backward, redo
+    attention = layer.attention_forward_seconds + layer.attention_backward_seconds
+    redone = 0.0  # what selective recomputation redoes beyond the attention core
+    if layout.checkpointing in ("full", "selective"):
+        attention += layer.attention_forward_seconds
+    if layout.checkpointing == "selective":
+        redone = layer.module_recompute_seconds
+    logits = logits_pass(workload, layout, calibration)
+    layers = workload.shape.layers
+    return {
+        "matrix multiplies": layers * forwards * layer.matrix_forward_seconds
+        + logits.matrix_seconds,
+        "attention core": layers * attention,
+        "softmax and cross-entropy": logits.loss_seconds,
+        "norms, casts and other elementwise": layers
+        * (forwards * layer.elementwise_forward_seconds + redone),
+        "optimizer": optimizer_seconds(workload, layout, calibration),
+        "collectives": 0.0,
+    }
+
+
+def measured_kinds(profile: Mapping[str, Any]) -> dict[str, float]:
+    """A profile's kernel seconds per step by `KIND_GROUPS`."""
+    kinds = profile.get("kinds", {})
+    return {
+        group: sum(float(kinds.get(kind, {}).get("seconds_per_step", 0.0)) for kind in members)
+        for group, members in KIND_GROUPS.items()
+    }
+
+
+def kinds_markdown(
+    document: Mapping[str, Any], gpu: GPUSpec, calibration: Calibration
+) -> list[str]:
+    """One Markdown table per profiled shape: kind, measured, planned, planned / measured."""
+    lines: list[str] = []
+    for record in document.get("shapes", []):
+        profile = record.get("kernel_profile")
+        if not isinstance(profile, Mapping) or not profile.get("complete"):
+            continue
+        workload, layout = workload_and_layout(record, gpu)
+        planned = planned_kinds(workload, layout, calibration)
+        measured = measured_kinds(profile)
+        step = record.get("step_seconds", {}).get("median")
+        lines += [
+            f"{record['name']} (step {_seconds(step)} s measured, "
+            f"{_seconds(step_time(workload, layout, calibration).step_seconds)} s planned; "
+            f"kernels {_seconds(profile.get('kernel_seconds_per_step'))} s):",
+            "",
+            "| kind | measured s | planned s | planned / measured |",
+            "|---|---:|---:|---:|",
+        ]
+        for group in KIND_GROUPS:
+            if measured[group] == 0.0 and planned[group] == 0.0:
+                continue
+            ratio = planned[group] / measured[group] if measured[group] > 0.0 else None
+            lines.append(
+                f"| {group} | {_seconds(measured[group])} | {_seconds(planned[group])} | "
+                f"{'-' if ratio is None else f'{ratio:.2f}'} |"
+            )
+        lines.append("")
+    return lines
+
+
 def compare(
     document: Mapping[str, Any], gpu: GPUSpec, calibration: Calibration
 ) -> list[Comparison]:
@@ -263,6 +360,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("path", type=Path, help=f"{OUTPUT_NAME} or its directory")
     parser.add_argument("--gpu", default=None, help="catalog GPU (default: the device name)")
     parser.add_argument("--markdown", action="store_true", help="a Markdown table")
+    parser.add_argument(
+        "--kinds",
+        action="store_true",
+        help="where each profiled shape's step went, against the planner (Markdown)",
+    )
     args = parser.parse_args(argv)
     document = load(args.path)
     catalog = load_catalog()
@@ -278,6 +380,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{device.get('name')} (catalog {gpu.name}), driver {nvml.get('driver_version')}, "
         f"torch {device.get('torch_version')}, measured {document.get('created')}"
     )
+    if args.kinds:
+        print(heading + "\n")
+        print("\n".join(kinds_markdown(document, gpu, catalog.calibration)))
+        return 0
     if args.markdown:
         print(heading + "\n")
         print(markdown(comparisons))

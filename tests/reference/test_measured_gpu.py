@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.reference_gpu_compare import Comparison, catalog_gpu, compare, load
+from benchmarks.reference_gpu_compare import (
+    Comparison,
+    catalog_gpu,
+    compare,
+    load,
+    measured_kinds,
+    planned_kinds,
+    workload_and_layout,
+)
 from trainplan.planner import Catalog
 
 DATA = Path(__file__).parent.parent / "data"
@@ -71,3 +79,48 @@ def test_the_range_holds_the_largest_model(measured: tuple[list[Comparison], flo
     comparisons, _ = measured
     inside = {c.name for c in comparisons if c.inside_range}
     assert {"gpt-1.3b", "gpt-1.3b-full-recompute"} <= inside
+
+
+PROFILED = {
+    "H100-SXM5-80GB": (DATA / "measured_reference_gpu_profile_h100.json", 5, 0.90),
+    "H200-SXM-141GB": (DATA / "measured_reference_gpu_profile_h200.json", 4, 0.80),
+}
+"""Catalog GPU: (the profiled run, how many of its shapes have a complete profile, the
+least share of the median step its kernels take). The H200 run's 14 steps leave 9 steady
+ones, 6 of them slowed by the profiler (its warm-up and recorded steps), so its median
+step is longer than the kernels' time by more than the H100 run's, which has 15 steady."""
+
+
+@pytest.mark.parametrize("gpu_name", sorted(PROFILED))
+def test_the_profiled_kernels_fill_the_step(gpu_name: str, catalog: Catalog) -> None:
+    """The trainer keeps the GPU busy: its kernels take nearly all of each measured step,
+    and every kind of kernel falls in one of the planner's terms."""
+    path, complete, busy = PROFILED[gpu_name]
+    document = load(path)
+    assert catalog_gpu(catalog, document, None).name == gpu_name
+    profiled = [r for r in document["shapes"] if r.get("kernel_profile", {}).get("complete")]
+    assert len(profiled) == complete
+    for record in profiled:
+        profile = record["kernel_profile"]
+        kernels = profile["kernel_seconds_per_step"]
+        assert busy <= kernels / record["step_seconds"]["median"] <= 1.0
+        assert sum(measured_kinds(profile).values()) == pytest.approx(kernels, rel=1e-9)
+
+
+def test_where_the_planner_misplaces_the_step_on_hopper(catalog: Catalog) -> None:
+    """What the profile shows (BENCHMARKS.md): the planner's total is close on the 1.3B
+    model only because its terms err both ways. It prices the matrix multiplies and the
+    attention core 1.5-2.1x slower than they ran (cuBLAS reached about 80% of the dense
+    peak; the fitted Hopper efficiency is 62%) and the eager trainer's memory-bound work
+    (norms, fp32 residual adds, autocast's casts) at 0.3-0.5x of what it took."""
+    document = load(DATA / "measured_reference_gpu_profile_h100.json")
+    gpu = catalog_gpu(catalog, document, None)
+    for record in document["shapes"]:
+        workload, layout = workload_and_layout(record, gpu)
+        planned = planned_kinds(workload, layout, catalog.calibration)
+        measured = measured_kinds(record["kernel_profile"])
+        ratio = {kind: planned[kind] / measured[kind] for kind in measured if measured[kind] > 0}
+        assert 1.4 < ratio["matrix multiplies"] < 1.9
+        assert 1.4 < ratio["attention core"] < 2.2
+        assert 0.25 < ratio["norms, casts and other elementwise"] < 0.5
+        assert 0.6 < ratio["optimizer"] < 0.75

@@ -137,6 +137,10 @@ class LayerPassSeconds:
     """What selective recomputation redoes beyond the attention core
     (`memory.module_recompute_bytes_per_token`): the norms, the experts' activation and
     latent attention's up-projections, forward."""
+    matrix_forward_seconds: float = 0.0
+    """The layer's matrix multiplies, forward (adapters and dequantization not included)."""
+    elementwise_forward_seconds: float = 0.0
+    """Its memory-bound elementwise kernels, forward, with the per-layer launch overhead."""
 
 
 def layer_pass_seconds(
@@ -220,6 +224,8 @@ def layer_pass_seconds(
         backward_seconds=backward,
         attention_backward_seconds=attention_backward,
         module_recompute_seconds=_module_recompute_seconds(workload, layout, device, tokens),
+        matrix_forward_seconds=gemms,
+        elementwise_forward_seconds=elementwise + device.kernel_overhead_seconds,
     )
 
 
@@ -314,7 +320,19 @@ def _mlp_gemm_seconds(
     return [(1.0 - fraction) * term for term in dense] + [fraction * moe]
 
 
-def logits_pass_seconds(workload: Workload, layout: Layout, calibration: Calibration) -> float:
+@dataclass(frozen=True, slots=True)
+class LogitsPassSeconds:
+    """The output layer and the loss, forward and backward, one micro-batch on one GPU."""
+
+    matrix_seconds: float
+    loss_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return self.matrix_seconds + self.loss_seconds
+
+
+def logits_pass(workload: Workload, layout: Layout, calibration: Calibration) -> LogitsPassSeconds:
     """Output layer and cross-entropy, forward and backward, one micro-batch on one GPU
     (the output layer in bf16 under fp8 training)."""
     shape = workload.shape
@@ -327,7 +345,12 @@ def logits_pass_seconds(workload: Workload, layout: Layout, calibration: Calibra
     loss = tokens * vocab_share * 4 * 4 / device.hbm_bytes_per_second
     # A frozen output layer (adapters only) computes its input gradient alone.
     passes = 2.0 if workload.tuning.adapters else 3.0
-    return passes * gemm + loss
+    return LogitsPassSeconds(matrix_seconds=passes * gemm, loss_seconds=loss)
+
+
+def logits_pass_seconds(workload: Workload, layout: Layout, calibration: Calibration) -> float:
+    """`logits_pass` in seconds."""
+    return logits_pass(workload, layout, calibration).seconds
 
 
 def collective_bandwidth_bytes_per_second(
