@@ -8,12 +8,16 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup system demo test static unit bench fit manifests clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, exactly pinned, so that the local CPU wheel is taken.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,train]'
+	# torchtitan's JobConfig and argument parser, for the launcher's flags to be parsed by
+	# it in tests; without its dependencies (datasets, tensorboard...), which parsing needs
+	# none of (tyro is a dev dependency).
+	$(BIN)/python -m pip install --quiet --no-deps torchtitan==0.2.2
 	touch $(STAMP)
 
 setup: $(STAMP)

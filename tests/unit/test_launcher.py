@@ -10,12 +10,12 @@ import copy
 import json
 import re
 from functools import cache
-from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import pytest
 import yaml
 
+from tests import torchtitan_upstream
 from trainplan.api import DEFAULT_COMMAND, Plan, TrainingPlanSpec
 from trainplan.launcher import LauncherError, PlanRef, job_name, label_value, render, render_for
 from trainplan.launcher import env as envnames
@@ -921,7 +921,7 @@ def test_torchtitan_arguments_equal_the_plan() -> None:
         "--training.steps": str(result.total_steps),
         "--training.mixed_precision_param": "bfloat16",
         "--activation_checkpoint.mode": "full",
-        "--checkpoint.enable_checkpoint": True,
+        "--checkpoint.enable": True,
         "--checkpoint.folder": "/checkpoints",
         "--checkpoint.interval": "30",
         "--job.config_file": "llama.toml",
@@ -940,9 +940,15 @@ def test_torchtitan_pipeline_and_zero_1() -> None:
     layout = result.layout
 
     assert flags["--parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B"
-    # 32 layers in 4 chunks of 8, rank 0 running chunks 0 and 2 (explicit points: torchtitan's
-    # layers_per_stage counts the embedding and the output as layers).
-    assert flags["--parallelism.pipeline_parallel_split_points"] == "layers.8,layers.16,layers.24"
+    # 32 layers in 4 chunks of 8, rank 0 running chunks 0 and 2 (explicit modules: torchtitan
+    # would count the embedding and the output as layers, and pick its own chunk count).
+    config = torchtitan_upstream.parse(program_args(objects_for(**change))[2:])
+    assert config.parallelism.module_fqns_per_model_part == [
+        ["tok_embeddings", *(f"layers.{i}" for i in range(8))],
+        [f"layers.{i}" for i in range(8, 16)],
+        [f"layers.{i}" for i in range(16, 24)],
+        [*(f"layers.{i}" for i in range(24, 32)), "norm", "output"],
+    ]
     assert "--parallelism.pipeline_parallel_layers_per_stage" not in flags
     assert flags["--parallelism.pipeline_parallel_microbatch_size"] == str(layout.micro_batch_size)
     local = layout.micro_batch_size * layout.gradient_accumulation_steps
@@ -1103,11 +1109,6 @@ def test_render_is_deterministic(framework: str, launcher: str, catalog: Catalog
     assert render_for(REF, spec, result, catalog) == second
 
 
-TORCHTITAN_V010: Final = Path(__file__).resolve().parents[1] / (
-    "data/upstream/torchtitan-v0.1.0-job-config.json"
-)
-
-
 @pytest.mark.parametrize(
     "change",
     [
@@ -1126,15 +1127,33 @@ TORCHTITAN_V010: Final = Path(__file__).resolve().parents[1] / (
         },
     ],
 )
-def test_every_torchtitan_flag_is_a_field_of_the_pinned_release(change: dict[str, Any]) -> None:
-    """Each `--section.field` the launcher writes names a field of torchtitan v0.1.0's
-    JobConfig (the field list taken from the tag's torchtitan/config_manager.py)."""
-    sections = json.loads(TORCHTITAN_V010.read_text(encoding="utf-8"))["sections"]
-    flags = [a for a in program_args(objects_for(**change)) if a.startswith("--")]
-    assert flags
-    for flag in flags:
-        section, _, field = flag[2:].partition(".")
-        assert field in sections.get(section, ()), f"{flag} is not in torchtitan v0.1.0"
+def test_torchtitan_parses_the_flags_into_the_plan(change: dict[str, Any]) -> None:
+    """torchtitan 0.2.2's own parser takes every flag the launcher writes, and the
+    configuration it makes of them is the plan's."""
+    _, result = planned(**change)
+    layout = result.layout
+    args = [a for a in program_args(objects_for(**change))[2:] if a != "--job.config_file"]
+    args = [a for a in args if a != "llama.toml"]  # the user's file, not here
+    config = torchtitan_upstream.parse(args)
+    parallelism = config.parallelism
+    assert parallelism.tensor_parallel_degree == layout.tensor
+    assert parallelism.pipeline_parallel_degree == layout.pipeline
+    data = parallelism.data_parallel_shard_degree * parallelism.data_parallel_replicate_degree
+    assert data == layout.data
+    assert config.training.global_batch_size == layout.global_batch_size
+    assert config.training.steps == result.total_steps
+    assert config.training.mixed_precision_param == "bfloat16"
+    assert config.activation_checkpoint.mode == layout.activation_checkpointing
+    assert config.checkpoint.enable is True
+    assert config.checkpoint.folder == "/checkpoints"
+    assert config.checkpoint.interval == result.reliability.checkpoint_interval_steps
+    if layout.pipeline > 1:
+        parts = parallelism.module_fqns_per_model_part
+        assert len(parts) == layout.pipeline * layout.virtual_pipeline_stages
+        assert parts[0][0] == "tok_embeddings"
+        assert parts[-1][-2:] == ["norm", "output"]
+        layers = [name for part in parts for name in part if name.startswith("layers.")]
+        assert layers == [f"layers.{i}" for i in range(len(layers))]
 
 
 @pytest.mark.parametrize("framework", ["reference", "megatron", "torchtitan"])

@@ -3,7 +3,6 @@ and the frameworks' arguments (pure)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
@@ -11,6 +10,7 @@ from typing import Any, Final
 import pytest
 from pydantic import ValidationError
 
+from tests import torchtitan_upstream
 from tests.rendered_examples import training_container
 from trainplan.api import TrainingPlanSpec
 from trainplan.launcher import LauncherError, PlanRef, render_for
@@ -408,14 +408,18 @@ def test_megatron_gets_latent_attention_and_dense_layers(catalog: Catalog) -> No
 
 def test_torchtitan_gets_the_expert_degrees_of_its_release(catalog: Catalog) -> None:
     spec = spec_with(job={"framework": "torchtitan"})
+    layout = plan(spec, catalog).layout
     args = _program_args(_rendered(catalog, spec))
-    fields = json.loads((UPSTREAM / "torchtitan-v0.2.0-parallelism-fields.json").read_text())
     expert = [a for a in args if a.startswith("--parallelism.expert")]
     assert expert == [
         "--parallelism.expert_parallel_degree",
         "--parallelism.expert_tensor_parallel_degree",
     ]
-    assert {a.split(".", 1)[1] for a in expert} <= set(fields["sections"]["parallelism"])
+    # The same flags as every other plan's: torchtitan 0.2.2 takes them all together.
+    config = torchtitan_upstream.parse(args[args.index("torchtitan.train") + 1 :])
+    assert config.parallelism.expert_parallel_degree == layout.expert
+    assert config.parallelism.expert_tensor_parallel_degree == layout.expert_tensor
+    assert config.checkpoint.enable is True
 
 
 def test_the_launcher_refuses_experts_a_framework_cannot_place(catalog: Catalog) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from tests import torchtitan_upstream
 from tests.unit.test_launcher import (  # noqa: F401 (the autouse fixture planned() needs)
     _remember_catalog,
     flag_values,
@@ -22,13 +23,14 @@ from tests.unit.test_launcher import (  # noqa: F401 (the autouse fixture planne
     program_args,
 )
 from trainplan.api import TrainingPlanSpec
+from trainplan.launcher import frameworks
 from trainplan.planner import Catalog, PlanInputError, plan
 from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.layout import Layout
 from trainplan.planner.memory import estimate_memory, stage_parameter_count
 from trainplan.planner.resolve import resolve
 from trainplan.planner.search import LayoutPins, generate_layouts, pipeline_degrees
-from trainplan.planner.shapes import layer_parameter_count
+from trainplan.planner.shapes import ModelShape, layer_parameter_count
 from trainplan.planner.stages import (
     StageSplit,
     chunk_layers,
@@ -373,24 +375,62 @@ def test_megatron_gets_no_stage_counts_for_an_even_split() -> None:
     assert "--decoder-first-pipeline-num-layers" not in flags
 
 
-def test_torchtitan_interleaves_an_uneven_split_with_a_point_per_chunk() -> None:
+def _layer_counts(parts: list[list[str]]) -> list[int]:
+    return [sum(1 for name in part if name.startswith("layers.")) for part in parts]
+
+
+def test_torchtitan_interleaves_an_uneven_split_with_a_module_list_per_chunk() -> None:
     """7, 8, 8, 7 layers in 2 chunks per rank, embedding and loss counted as layers: 8
     chunks of 3, 4, 4, 4, 4, 4, 4, 3 layers, chunk k on rank k mod 4."""
     change = merged(
         UNEVEN_JOB,
         {"parallelism": {"virtualPipelineStages": 2}, "job": {"framework": "torchtitan"}},
     )
-    flags = flag_values(program_args(objects_for(**change)))
+    args = program_args(objects_for(**change))
+    flags = flag_values(args)
     assert flags["--parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B"
-    assert flags["--parallelism.pipeline_parallel_split_points"] == (
-        "layers.3,layers.7,layers.11,layers.15,layers.19,layers.23,layers.27"
-    )
+    parts = torchtitan_upstream.parse(args[2:]).parallelism.module_fqns_per_model_part
+    assert _layer_counts(parts) == [3, 4, 4, 4, 4, 4, 4, 3]
+    assert parts[0] == ["tok_embeddings", "layers.0", "layers.1", "layers.2"]
+    assert parts[-1] == ["layers.27", "layers.28", "layers.29", "norm", "output"]
 
 
-def test_torchtitan_gets_the_split_points() -> None:
+def test_torchtitan_gets_each_stage_s_modules() -> None:
     change = merged(UNEVEN_JOB, {"job": {"framework": "torchtitan"}})
     _, result = planned(**change)
-    flags = flag_values(program_args(objects_for(**change)))
+    args = program_args(objects_for(**change))
+    flags = flag_values(args)
     assert result.layout.pipeline == 4
-    assert flags["--parallelism.pipeline_parallel_split_points"] == "layers.7,layers.15,layers.23"
+    parts = torchtitan_upstream.parse(args[2:]).parallelism.module_fqns_per_model_part
+    assert _layer_counts(parts) == [7, 8, 8, 7]
     assert "--parallelism.pipeline_parallel_layers_per_stage" not in flags
+
+
+def test_torchtitan_places_a_chunk_with_the_embedding_alone() -> None:
+    """Llama 3 405B's placement: 126 layers on 16 stages of 8 chunks, (126 + 2) / 128 = 1
+    slot per chunk, so the first chunk holds only the embedding and the last only the
+    final norm and the output layer (arXiv 2407.21783, section 3.3.2)."""
+    parts_args = frameworks._torchtitan_model_parts(
+        ModelShape(
+            layers=126,
+            hidden_size=16384,
+            attention_heads=128,
+            kv_heads=8,
+            ffn_hidden_size=53248,
+            gated_mlp=True,
+            vocab_size=128256,
+            sequence_length=8192,
+            tied_embeddings=False,
+        ),
+        16,
+        8,
+    )
+    degree = ["--parallelism.pipeline_parallel_degree", "16"]
+    config = torchtitan_upstream.parse(
+        [*degree, "--parallelism.module_fqns_per_model_part", *parts_args]
+    )
+    parts = config.parallelism.module_fqns_per_model_part
+    assert len(parts) == 128
+    assert parts[0] == ["tok_embeddings"]
+    assert parts[-1] == ["norm", "output"]
+    assert _layer_counts(parts) == [0, *[1] * 126, 0]

@@ -30,17 +30,18 @@ flag wins, so they can override them).
   and head widths, a declared head width as `--kv-channels`, selective recomputation as
   `--recompute-modules core_attn layernorm moe_act mla_up_proj` (flag names as in
   Megatron-LM core_v0.19.0). torchtitan's `--parallelism.expert_parallel_degree` and
-  `--parallelism.expert_tensor_parallel_degree` (torchtitan v0.2.0, which runs expert
+  `--parallelism.expert_tensor_parallel_degree` (torchtitan v0.2.2, which runs expert
   tensor degree 1 or the tensor degree only; the model's experts come from its
   `--model.name`). DeepSpeed's expert degree is set in the user's model code, so its plan
   keeps every expert on every rank; the reference trainer has no experts.
 - `torchtitan`: `python -m torchtitan.train` with `JobConfig` overrides as named in
-  torchtitan v0.1.0 (torchtitan/config_manager.py at that tag, June 2025; uneven pipeline
-  stages as `pipeline_parallel_split_points`): `--parallelism.*`,
+  torchtitan v0.2.2 (torchtitan/config/job_config.py at that tag, February 2026; the
+  model chunks of a pipeline as `module_fqns_per_model_part`): `--parallelism.*`,
   `--training.*`, `--activation_checkpoint.mode`, `--checkpoint.*`. The model itself is
   chosen by torchtitan's `--model.name` / `--model.flavor` or a `--job.config_file`, which
-  the user passes in `job.args`. Later torchtitan releases renamed some of these (e.g.
-  `checkpoint.enable_checkpoint` became `checkpoint.enable`); override in `job.args`.
+  the user passes in `job.args`. Earlier releases named some of these differently
+  (v0.1.0: `checkpoint.enable_checkpoint`, `pipeline_parallel_split_points`, no expert
+  degrees).
 - `deepspeed`: DeepSpeed is a library called from the user's own script, so `job.command`
   must name that script; the launcher writes a `ds_config.json` (batch, ZeRO stage,
   precision, activation checkpointing, AutoTP degree) into a ConfigMap, mounts it, and
@@ -179,19 +180,26 @@ def _megatron_pipeline_split(shape: ModelShape, pipeline: int, chunks: int) -> l
     ]
 
 
-def _torchtitan_split_points(shape: ModelShape, pipeline: int, chunks: int) -> str:
-    """torchtitan's stage boundaries ("layers.8,layers.16,..."): where each model chunk
-    after the first begins (`planner.stages.chunk_layers`). Explicit points, because its
-    `pipeline_parallel_layers_per_stage` counts the embedding and the output as one layer
-    each (v0.1.0 `generate_split_points`, input and output weight 1), which the plan's
-    split does not. A chunk may hold no layer: a point at layer 0 leaves the first chunk
-    the embedding alone, and one at the layer count leaves the last the output alone (its
-    `_build_stage` keeps the layers between a chunk's start and stop points)."""
+def _torchtitan_model_parts(shape: ModelShape, pipeline: int, chunks: int) -> tuple[str, ...]:
+    """torchtitan's model chunks, one `--parallelism.module_fqns_per_model_part` value
+    each ("tok_embeddings,layers.0,...", ..., "...,norm,output"): the layers of each of the
+    pipeline x chunks model chunks (`planner.stages.chunk_layers`), the embedding on the
+    first and the final norm and output layer on the last. Explicit, because without them
+    torchtitan counts the embedding and the output as one layer each
+    (`pipeline_parallel_first_stage_less_layers` and `_last_stage_less_layers`, default 1)
+    and picks 2 chunks per rank for an interleaved schedule, neither of which is the
+    plan's split. A first or last chunk may hold no layer (the embedding or the output
+    alone), as in Llama 3's 405B layout."""
     sizes = chunk_layers(shape.layers, pipeline, chunks)
     if sizes is None:
         raise _unplaced(shape, pipeline, chunks)
-    starts = list(itertools.accumulate(sizes[:-1]))
-    return ",".join(f"layers.{start}" for start in starts)
+    starts = [0, *itertools.accumulate(sizes)]
+    parts = [
+        [f"layers.{i}" for i in range(start, stop)] for start, stop in itertools.pairwise(starts)
+    ]
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "output"]
+    return tuple(",".join(part) for part in parts)
 
 
 def megatron_arguments(
@@ -337,7 +345,7 @@ def _megatron_expert_arguments(
 def torchtitan_arguments(
     plan: Plan, shape: ModelShape, precision: str, checkpoint_dir: str
 ) -> tuple[str, ...]:
-    """torchtitan (v0.1.0 `JobConfig`) overrides for the plan; LauncherError for fp16.
+    """torchtitan (v0.2.2 `JobConfig`) overrides for the plan; LauncherError for fp16.
 
     ZeRO maps onto FSDP2: stage 3 is `data_parallel_shard_degree` = data with the default
     resharding; stages 1 and 2, which torchtitan does not have, become FSDP without
@@ -380,10 +388,10 @@ def torchtitan_arguments(
     if layout.pipeline > 1:
         schedule = "Interleaved1F1B" if layout.virtual_pipeline_stages > 1 else "1F1B"
         args += _flag("--parallelism.pipeline_parallel_schedule", schedule)
-        args += _flag(
-            "--parallelism.pipeline_parallel_split_points",
-            _torchtitan_split_points(shape, layout.pipeline, layout.virtual_pipeline_stages),
-        )
+        args += [
+            "--parallelism.module_fqns_per_model_part",
+            *_torchtitan_model_parts(shape, layout.pipeline, layout.virtual_pipeline_stages),
+        ]
         args += _flag("--parallelism.pipeline_parallel_microbatch_size", layout.micro_batch_size)
     only_data_parallel = layout.tensor == 1 and layout.pipeline == 1
     if layout.zero_stage == 0 and only_data_parallel:
@@ -410,7 +418,7 @@ def torchtitan_arguments(
         args += _flag("--model.converters", "float8")
     args += [
         *_flag("--activation_checkpoint.mode", layout.activation_checkpointing),
-        "--checkpoint.enable_checkpoint",
+        "--checkpoint.enable",
         *_flag("--checkpoint.folder", checkpoint_dir),
         *_flag("--checkpoint.interval", plan.reliability.checkpoint_interval_steps),
     ]

@@ -13,10 +13,10 @@
   DeepSpeed's Ulysses sequence parallelism is another scheme, and the reference trainer
   has none.
 - Uneven pipeline stages (a degree that does not divide the layers, `planner.stages`):
-  Megatron-LM (first and last stage layer counts) and torchtitan (split points) place
-  them; DeepSpeed's pipeline is partitioned by the user's own `PipelineModule`, which
-  trainplan does not set, so it gets even splits only. Both Megatron-LM and torchtitan
-  (split points per chunk) interleave an uneven split where
+  Megatron-LM (first and last stage layer counts) and torchtitan (the modules of each
+  model chunk) place them; DeepSpeed's pipeline is partitioned by the user's own
+  `PipelineModule`, which trainplan does not set, so it gets even splits only. Both
+  Megatron-LM and torchtitan (a module list per chunk) interleave an uneven split where
   `planner.stages.interleaved_placement` places it.
 - Mixture-of-experts: Megatron-LM (`--num-experts`, `--expert-model-parallel-size`,
   `--expert-tensor-parallel-size`, with its distributed optimizer and pipelines) and

@@ -5,8 +5,8 @@ the remainder on the first and last stages, which also carry the input embedding
 output layer and loss: Megatron-LM takes `--decoder-first-pipeline-num-layers` and
 `--decoder-last-pipeline-num-layers` and splits the rest evenly over the middle stages
 (its arguments.py and `get_num_layers_to_build`; the middle count must divide evenly);
-torchtitan takes the stage boundaries as `--parallelism.pipeline_parallel_split_points`
-(torchtitan v0.1.0 `config_manager.py`). trainplan makes the same split for both: each
+torchtitan takes each model chunk's modules as `--parallelism.module_fqns_per_model_part`
+(torchtitan v0.2.2 `config/job_config.py`). trainplan makes the same split for both: each
 middle stage gets ceil(L / p) layers, and the first and last share the rest, the first
 taking the odd one, so that no stage holds more than a middle one (the slowest stage sets
 the step time).
