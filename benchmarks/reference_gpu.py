@@ -175,6 +175,18 @@ class Shape:
             "global_batch_size": self.micro_batch_size,
         }
 
+    def identity(self) -> dict[str, Any]:
+        """What a measurement record says the shape was, as `reference_gpu_compare` reads
+        it back: name, model, layout, precision, optimizer and recompute level."""
+        return {
+            "name": self.name,
+            "model": self.model(),
+            "layout": self.layout(),
+            "precision": self.precision,
+            "optimizer": self.optimizer,
+            "activation_checkpointing": self.activation_checkpointing,
+        }
+
     @property
     def tokens_per_step(self) -> int:
         return self.micro_batch_size * self.sequence_length
@@ -791,12 +803,7 @@ def run_shape(
     arrivals = [when for when, text in lines if parse_step_line(text) is not None]
     first_step_at = arrivals[0] - started if arrivals else None
     record: dict[str, Any] = {
-        "name": shape.name,
-        "model": shape.model(),
-        "layout": shape.layout(),
-        "precision": shape.precision,
-        "optimizer": shape.optimizer,
-        "activation_checkpointing": shape.activation_checkpointing,
+        **shape.identity(),
         "attention": "scaled_dot_product_attention(is_causal=True)",
         "steps": shape.steps,
         "warmup_steps": shape.warmup_steps,

@@ -237,12 +237,7 @@ def test_out_of_memory_is_recognised() -> None:
 
 def _record(shape: Shape, median: float | None = None) -> dict[str, object]:
     record: dict[str, object] = {
-        "name": shape.name,
-        "model": shape.model(),
-        "layout": shape.layout(),
-        "precision": shape.precision,
-        "optimizer": shape.optimizer,
-        "activation_checkpointing": shape.activation_checkpointing,
+        **shape.identity(),
         "status": "ok" if median is not None else "failed: exit 1",
     }
     if median is not None:

@@ -124,15 +124,7 @@ SELECTIVE = replace(GPU_SHAPES[3], name="gpt-1.3b-selective", activation_checkpo
 def test_the_planner_terms_add_up_to_its_step(
     shape: Shape, gpu_name: str, catalog: Catalog
 ) -> None:
-    record = {
-        "name": shape.name,
-        "model": shape.model(),
-        "layout": shape.layout(),
-        "precision": shape.precision,
-        "optimizer": shape.optimizer,
-        "activation_checkpointing": shape.activation_checkpointing,
-    }
-    workload, layout = workload_and_layout(record, catalog.gpu(gpu_name))
+    workload, layout = workload_and_layout(shape.identity(), catalog.gpu(gpu_name))
     kinds = planned_kinds(workload, layout, catalog.calibration)
     assert all(seconds >= 0.0 for seconds in kinds.values())
     assert kinds["matrix multiplies"] > 0.0
@@ -144,13 +136,7 @@ def test_the_planner_terms_add_up_to_its_step(
 def test_kinds_are_planned_for_one_gpu_only(catalog: Catalog) -> None:
     shape = GPU_SHAPES[0]
     layout = {**shape.layout(), "data_parallel": 2, "global_batch_size": 32}
-    record = {
-        "model": shape.model(),
-        "layout": layout,
-        "precision": "bf16",
-        "optimizer": "adamw",
-        "activation_checkpointing": "none",
-    }
+    record = {**shape.identity(), "layout": layout}
     workload, split = workload_and_layout(record, catalog.gpu("H100-SXM5-80GB"))
     with pytest.raises(ValueError, match="one GPU"):
         planned_kinds(workload, split, catalog.calibration)
