@@ -37,7 +37,7 @@ from trainplan.eta.backtest import METHODS, PROGRESS_POINTS, Score, replay, scor
 INTERVALS = (30.0, 300.0)
 SEEDS = 32
 """Seeds of each simulated regime at a revision every 300 s."""
-FINE_SEEDS = 6
+FINE_SEEDS = 12
 """Of them, the ones also replayed at 30 s (for the interval's effect; a replay at 30 s
 costs ten times one at 300 s)."""
 FLEET = 1.973e-05
