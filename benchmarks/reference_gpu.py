@@ -43,8 +43,9 @@ half the micro-batch when the budget allows.
 5 steps after the warm-up and one profiler warm-up step): the record then holds the
 kernels' device time per step by kind, for `benchmarks.reference_gpu_compare --kinds`. The
 profiled steps run slower than the others (the profiler's own work), so a profiled run
-needs more steps than the median's. Every run samples NVML's SM clock and power draw with
-the memory and records their medians over the steady steps.
+needs more steps than the median's. A run without `--profile` also samples NVML's SM clock
+and power draw with the memory and records their medians over the steady steps (under the
+profiler the GPU idles while it processes the recorded steps, so none are recorded).
 
 `--tiny` runs two tiny shapes for 5 steps on whatever device there is (CPU included), to
 test this module where there is no GPU. It imports the standard library, torch and
@@ -456,6 +457,24 @@ def trainer_environment(environ: Mapping[str, str], operator_dir: str) -> dict[s
     return env
 
 
+def steady_clock_and_power(
+    samples: Sequence[tuple[float, int, float]], arrivals: Sequence[float], warmup_steps: int
+) -> dict[str, float]:
+    """The median SM clock (MHz) and power (W) of the NVML `samples` (time, MHz, W) taken
+    while the steady steps ran: from the line of the first step after the warm-up to the
+    last step's line (`arrivals`, monotonic seconds). Empty without such samples."""
+    if len(arrivals) <= warmup_steps:
+        return {}
+    first, last = arrivals[warmup_steps], arrivals[-1]
+    steady = [(mhz, watts) for when, mhz, watts in samples if first <= when <= last]
+    if not steady:
+        return {}
+    return {
+        "nvml_sm_clock_median_mhz": quantile([mhz for mhz, _ in steady], 0.5),
+        "nvml_power_median_watts": quantile([watts for _, watts in steady], 0.5),
+    }
+
+
 def out_of_memory(lines: Sequence[str]) -> bool:
     """Whether a trainer's output says that it ran out of GPU memory."""
     return any(marker in line for line in lines for marker in _OUT_OF_MEMORY)
@@ -817,13 +836,10 @@ def run_shape(
         "nvml_memory_used_before_bytes": memory_before,
         "nvml_peak_memory_used_bytes": peak_memory,
     }
-    if len(arrivals) > shape.warmup_steps:
-        # The clock and the power while the steady steps ran.
-        steady_since = arrivals[shape.warmup_steps]
-        steady = [(mhz, watts) for when, mhz, watts in clock_samples if when >= steady_since]
-        if steady:
-            record["nvml_sm_clock_median_mhz"] = quantile([mhz for mhz, _ in steady], 0.5)
-            record["nvml_power_median_watts"] = quantile([watts for _, watts in steady], 0.5)
+    if not profile:
+        # Under the profiler the GPU idles for seconds while it processes the recorded
+        # steps (medians of about 130 W), so no clock or power is recorded.
+        record.update(steady_clock_and_power(clock_samples, arrivals, shape.warmup_steps))
     if profile:
         with contextlib.suppress(OSError, ValueError):
             record["kernel_profile"] = json.loads(profile_path.read_text(encoding="utf-8"))

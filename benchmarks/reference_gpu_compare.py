@@ -29,7 +29,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from types import MappingProxyType
+from typing import Any, Final, cast
 
 from rich.console import Console, JustifyMethod
 from rich.table import Table
@@ -170,22 +171,24 @@ def compare_record(record: Mapping[str, Any], gpu: GPUSpec, calibration: Calibra
     )
 
 
-KIND_GROUPS: dict[str, tuple[str, ...]] = {
-    # The planner's terms, each with the profiled kinds (`benchmarks.trainer_profile`)
-    # that do that work: a layer's memory-bound kernels are one term of the planner
-    # (`elementwise_bytes_per_hidden` and the MLP activation's bytes).
-    "matrix multiplies": ("matrix multiplies",),
-    "attention core": ("attention",),
-    "softmax and cross-entropy": ("softmax and cross-entropy",),
-    "norms, casts and other elementwise": (
-        "layer norms",
-        "embedding",
-        "copies and casts",
-        "other elementwise",
-    ),
-    "optimizer": ("optimizer (multi-tensor)",),
-    "collectives": ("collectives",),
-}
+KIND_GROUPS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        # The planner's terms, each with the profiled kinds (`benchmarks.trainer_profile`)
+        # that do that work: a layer's memory-bound kernels are one term of the planner
+        # (`elementwise_bytes_per_hidden` and the MLP activation's bytes).
+        "matrix multiplies": ("matrix multiplies",),
+        "attention core": ("attention",),
+        "softmax and cross-entropy": ("softmax and cross-entropy",),
+        "norms, casts and other elementwise": (
+            "layer norms",
+            "embedding",
+            "copies and casts",
+            "other elementwise",
+        ),
+        "optimizer": ("optimizer (multi-tensor)",),
+        "collectives": ("collectives",),
+    }
+)
 
 
 def planned_kinds(workload: Workload, layout: Layout, calibration: Calibration) -> dict[str, float]:
@@ -229,34 +232,46 @@ def measured_kinds(profile: Mapping[str, Any]) -> dict[str, float]:
 def kinds_markdown(
     document: Mapping[str, Any], gpu: GPUSpec, calibration: Calibration
 ) -> list[str]:
-    """One Markdown table per profiled shape: kind, measured, planned, planned / measured."""
-    lines: list[str] = []
+    """Two Markdown tables, one row per profiled shape and one column per planner term
+    (`KIND_GROUPS`) that any shape's kernels or plan has: planned / measured seconds with
+    the kind's share of the measured kernels' time in brackets, then the measured
+    seconds per step themselves (to set two devices' profiles side by side)."""
+    profiled = []
     for record in document.get("shapes", []):
         profile = record.get("kernel_profile")
         if not isinstance(profile, Mapping) or not profile.get("complete"):
             continue
         workload, layout = workload_and_layout(record, gpu)
+        label = f"{record['name']}, mb{layout.micro_batch_size}"
         planned = planned_kinds(workload, layout, calibration)
-        measured = measured_kinds(profile)
-        step = record.get("step_seconds", {}).get("median")
-        lines += [
-            f"{record['name']} (step {_seconds(step)} s measured, "
-            f"{_seconds(step_time(workload, layout, calibration).step_seconds)} s planned; "
-            f"kernels {_seconds(profile.get('kernel_seconds_per_step'))} s):",
-            "",
-            "| kind | measured s | planned s | planned / measured |",
-            "|---|---:|---:|---:|",
-        ]
-        for group in KIND_GROUPS:
-            if measured[group] == 0.0 and planned[group] == 0.0:
-                continue
-            ratio = planned[group] / measured[group] if measured[group] > 0.0 else None
-            lines.append(
-                f"| {group} | {_seconds(measured[group])} | {_seconds(planned[group])} | "
-                f"{'-' if ratio is None else f'{ratio:.2f}'} |"
-            )
-        lines.append("")
-    return lines
+        profiled.append((label, planned, measured_kinds(profile)))
+    groups = [
+        group
+        for group in KIND_GROUPS
+        if any(planned[group] > 0.0 or measured[group] > 0.0 for _, planned, measured in profiled)
+    ]
+    header = ["| shape | " + " | ".join(groups) + " |", "|---|" + "---:|" * len(groups)]
+    ratios, seconds = list(header), list(header)
+    for label, planned, measured in profiled:
+        total = sum(measured.values())
+        cells = []
+        for group in groups:
+            share = f"({measured[group] / total:.0%})" if total > 0.0 else ""
+            ratio = f"{planned[group] / measured[group]:.2f}" if measured[group] > 0.0 else "-"
+            cells.append(f"{ratio} {share}")
+        ratios.append(f"| {label} | " + " | ".join(cells) + " |")
+        seconds.append(
+            f"| {label} | " + " | ".join(_seconds(measured[group]) for group in groups) + " |"
+        )
+    return [
+        "Planned / measured seconds by kind (share of the measured kernels' time):",
+        "",
+        *ratios,
+        "",
+        "Measured kernel seconds per step by kind:",
+        "",
+        *seconds,
+    ]
 
 
 def compare(

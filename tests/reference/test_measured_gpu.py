@@ -108,11 +108,13 @@ def test_the_profiled_kernels_fill_the_step(gpu_name: str, catalog: Catalog) -> 
 
 
 def test_where_the_planner_misplaces_the_step_on_hopper(catalog: Catalog) -> None:
-    """What the profile shows (BENCHMARKS.md): the planner's total is close on the 1.3B
-    model only because its terms err both ways. It prices the matrix multiplies and the
-    attention core 1.5-2.1x slower than they ran (cuBLAS reached about 80% of the dense
-    peak; the fitted Hopper efficiency is 62%) and the eager trainer's memory-bound work
-    (norms, fp32 residual adds, autocast's casts) at 0.3-0.5x of what it took."""
+    """The figures of BENCHMARKS.md's "Where the step goes" table, which a planner that
+    split the step better would change (and this test and the table with it): the
+    planner's total is close on the 1.3B model only because its terms err both ways. It
+    prices the matrix multiplies and the attention core 1.5-2.1x slower than they ran
+    (cuBLAS reached about 80% of the dense peak; the fitted Hopper efficiency is 62%) and
+    the eager trainer's memory-bound work (norms, fp32 residual adds, autocast's casts) at
+    0.3-0.5x of what it took."""
     document = load(DATA / "measured_reference_gpu_profile_h100.json")
     gpu = catalog_gpu(catalog, document, None)
     for record in document["shapes"]:

@@ -24,6 +24,7 @@ from benchmarks.reference_gpu import (
     parse_step_log,
     quantile,
     shape_result,
+    steady_clock_and_power,
     steady_seconds,
     summarize,
     trainer_environment,
@@ -283,3 +284,21 @@ def test_a_measurement_is_compared_with_the_step_time_of_its_exact_layout(
     assert failed.error is None
     assert failed.planned_seconds == pytest.approx(planned)
     assert summary([comparison, inside, failed]).startswith("2 shapes: mean absolute error 10.0%")
+
+
+def test_the_clock_and_power_are_those_of_the_steady_steps() -> None:
+    arrivals = [10.0, 11.0, 12.0, 13.0, 14.0]  # step lines; the first 2 are the warm-up
+    samples = [
+        (9.0, 300, 80.0),  # start-up
+        (11.5, 1500, 500.0),  # warm-up
+        (12.0, 1900, 650.0),
+        (12.5, 1950, 690.0),
+        (14.0, 1920, 660.0),
+        (15.0, 400, 90.0),  # after the last step
+    ]
+    assert steady_clock_and_power(samples, arrivals, warmup_steps=2) == {
+        "nvml_sm_clock_median_mhz": 1920.0,
+        "nvml_power_median_watts": 660.0,
+    }
+    assert steady_clock_and_power(samples, arrivals[:2], warmup_steps=2) == {}
+    assert steady_clock_and_power([], arrivals, warmup_steps=2) == {}
