@@ -18,6 +18,11 @@ the search). What a row does not state is derived from its source, and said here
   embedding matrices; LLaMA (and the Llama 3.1 models of torchtitan's runs) does not.
   `published_runs.csv` states both the attention kernel and tied embeddings per row
   (`attention`, `tied_embeddings` columns).
+- dropout: Megatron-LM's GPT runs (Narayanan et al. 2021, Korthikanti et al. 2022, the
+  vTrain sweeps) kept its default hidden and attention dropout of 0.1
+  (`megatron/core/transformer/transformer_config.py`); MosaicML's MPT, LLaMA and
+  torchtitan's Llama train without. `published_runs.csv` states it per row (`dropout`,
+  with the source in the row's notes where it is set).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
 _PRE_FLASH_SOURCES = ("Narayanan", "Korthikanti", "vTrain")
 _VTRAIN_VOCAB = 51200
 _UNTIED_SOURCES = ("Touvron", "pytorch/torchtitan")
+_DROPOUT_SOURCES = ("Narayanan", "Korthikanti", "vTrain")
 OFF_CATALOG_SOURCES: Final = ("pytorch/torchtitan",)
 """Sources whose GPUs differ from the catalog entry they are priced on: torchtitan's H100
 runs used Meta's Grand Teton H100 (96 GB HBM2e at 2.4 TB/s, 500 W power limit, a peak
@@ -115,6 +121,16 @@ def _tied(row: dict[str, str], source: str) -> bool:
     return not source.startswith(_UNTIED_SOURCES)
 
 
+def _dropout(row: dict[str, str], source: str) -> bool:
+    """The row's `dropout` column where it has one, else the source's family."""
+    text = (row.get("dropout") or "").strip().lower()
+    if text:
+        if text not in ("true", "false"):
+            raise ValueError(f"unknown dropout {text!r}")
+        return text == "true"
+    return source.startswith(_DROPOUT_SOURCES)
+
+
 def _shape(row: dict[str, str], source: str, vocab: int | None = None) -> ModelShape:
     heads = int(row["attention_heads"])
     hidden = int(row["hidden_size"])
@@ -128,6 +144,7 @@ def _shape(row: dict[str, str], source: str, vocab: int | None = None) -> ModelS
         vocab_size=vocab if vocab is not None else int(row["vocab_size"]),
         sequence_length=int(row["sequence_length"]),
         tied_embeddings=_tied(row, source),
+        dropout=_dropout(row, source),
     )
 
 

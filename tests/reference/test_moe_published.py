@@ -33,8 +33,10 @@ def test_step_times_at_the_catalog_constants(evaluation: Evaluation) -> None:
     assert statistics.mean(errors) < 0.25
     assert statistics.median(errors) < 0.20
     assert all(-0.6 < priced.error < 0.75 for priced in evaluation.catalog)
-    # Each layout ran; by the planner's memory count at least 14 of the 17 fit.
-    assert sum(priced.fits for priced in evaluation.catalog) >= 14
+    # Each layout ran; by the planner's memory count at least 13 of the 17 fit (the middle
+    # stages of an interleaved pipeline hold Megatron-LM's whole warm-up, a little more
+    # than Korthikanti et al.'s first-stage factor gave them: `stages.held_chunk_passes`).
+    assert sum(priced.fits for priced in evaluation.catalog) >= 13
 
 
 def test_the_published_overlap_is_what_the_planner_prices(evaluation: Evaluation) -> None:

@@ -847,6 +847,8 @@ def test_megatron_arguments_equal_the_plan() -> None:
         "--ffn-hidden-size": "11008",
         "--swiglu": True,
         "--untie-embeddings-and-output-weights": True,
+        "--attention-dropout": "0.0",
+        "--hidden-dropout": "0.0",
         "--seq-length": "4096",
         "--max-position-embeddings": "4096",
         "--save": "/checkpoints",
@@ -883,6 +885,20 @@ def test_megatron_full_recompute_fp16_and_grouped_query_attention() -> None:
     assert "--num-layers-per-virtual-pipeline-stage" not in flags
     assert flags["--group-query-attention"] is True
     assert flags["--num-query-groups"] == "8"
+
+
+@pytest.mark.parametrize("dropout", [True, False])
+def test_megatron_trains_with_dropout_only_where_the_plan_counts_it(dropout: bool) -> None:
+    # Megatron-LM's default hidden and attention dropout is 0.1 (core_v0.19.0
+    # TransformerConfig); a plan for a model without dropout counts no masks, so the
+    # launcher turns both off, as Megatron-LM's own Llama 3 example does.
+    change = merged(MEGATRON, {"model": {"dropout": dropout}})
+    flags = flag_values(program_args(objects_for(**change)))
+    if dropout:
+        assert "--hidden-dropout" not in flags
+        assert "--attention-dropout" not in flags
+    else:
+        assert flags["--hidden-dropout"] == flags["--attention-dropout"] == "0.0"
 
 
 @pytest.mark.parametrize("zero", [2, 3])

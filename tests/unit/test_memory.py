@@ -1,5 +1,6 @@
 """Memory per GPU against Korthikanti et al. 2022 (activations) and ZeRO (model states)."""
 
+import dataclasses
 from itertools import pairwise
 from typing import Any
 
@@ -26,6 +27,7 @@ from trainplan.planner.memory import (
 )
 from trainplan.planner.search import divisors
 from trainplan.planner.shapes import ModelShape, layer_parameter_count, parameter_count
+from trainplan.planner.stages import split_of
 
 MICRO_BATCH = 4
 
@@ -116,6 +118,23 @@ def test_sequence_parallel_divides_everything_by_t(shape: ModelShape, tensor: in
     # Korthikanti et al. 2022, eq. (4) / Table 2: s b h (34 + 5 a s / h) / t.
     expected = sbh(shape) * (34 + 5 * score_ratio(shape)) / tensor
     assert layer_bytes(shape, layout(tensor, sp=True)) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("tensor", [1, 2, 8])
+def test_a_model_without_dropout_keeps_no_masks(shape: ModelShape, tensor: int) -> None:
+    # Korthikanti et al. 2022, section 4.1: of eq. (2)'s 10 s b h outside the tensor-parallel
+    # region 2 s b h are the two dropout masks, and of the 5 a s^2 b of the scores the mask
+    # (a s^2 b) and the dropout output (2 a s^2 b); at p = 0 PyTorch keeps neither.
+    plain = dataclasses.replace(shape, dropout=False)
+    expected = sbh(shape) * (8 + 24 / tensor + 2 * score_ratio(shape) / tensor)
+    assert layer_bytes(plain, layout(tensor)) == pytest.approx(expected, rel=1e-12)
+    assert layer_bytes(plain, layout(tensor), "flash") == pytest.approx(
+        sbh(shape) * (8 + 24 / tensor), rel=1e-12
+    )
+    assert layer_bytes(plain, layout(tensor, sp=True), "flash") == pytest.approx(
+        sbh(shape) * 32 / tensor, rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -279,6 +298,37 @@ def test_interleaving_multiplies_in_flight_passes(pipeline: int, virtual: int) -
         shape, layout(1, pipeline, accumulation=accumulation, virtual=virtual)
     )
     assert interleaved == pytest.approx(plain * (1 + (pipeline - 1) / (pipeline * virtual)))
+
+
+@pytest.mark.parametrize(("pipeline", "virtual"), [(4, 2), (8, 3), (16, 8)])
+def test_interleaving_holds_no_more_than_every_pass_of_the_step(
+    pipeline: int, virtual: int
+) -> None:
+    # With m = p micro-batches, Megatron-LM's interleaved warm-up (2 (p - 1) + (v - 1) p
+    # chunk passes on the first stage) exceeds the step's m v passes: the whole step is
+    # warm-up and the first stage holds every micro-batch of its layers, as without
+    # interleaving, not Korthikanti et al.'s 1 + (p - 1) / (p v) times more. Llama 3 405B
+    # (arXiv 2407.21783, Table 4 and section 3.3.2) ran 16 micro-batches on 16 stages so.
+    shape = gpt(layers=16 * pipeline)
+    interleaved = layout(1, pipeline, accumulation=pipeline, virtual=virtual)
+    assert in_flight_layer_passes(shape, interleaved) == pytest.approx(16 * pipeline)
+    plain = layout(1, pipeline, accumulation=pipeline)
+    assert in_flight_layer_passes(shape, plain) == in_flight_layer_passes(shape, interleaved)
+
+
+@pytest.mark.parametrize(("pipeline", "virtual", "accumulation"), [(4, 2, 8), (8, 4, 32)])
+def test_the_last_interleaved_stage_holds_its_warm_up(
+    pipeline: int, virtual: int, accumulation: int
+) -> None:
+    # Without interleaving the last stage runs each forward's backward at once (one
+    # micro-batch held); interleaved, it first runs (v - 1) p forwards of its earlier chunks
+    # (Megatron-LM's warm-up), so it holds (v - 1) p + 1 chunk passes of L / (p v) layers.
+    split = split_of(48, pipeline)
+    passes = (virtual - 1) * pipeline + 1
+    assert split.last_in_flight(accumulation, virtual) == pytest.approx(
+        48 / pipeline * passes / virtual
+    )
+    assert split.last_in_flight(accumulation) == 48 / pipeline
 
 
 @pytest.mark.parametrize("tied", [True, False])

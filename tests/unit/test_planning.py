@@ -537,6 +537,35 @@ def test_explicit_model_fields_override_the_preset_field_by_field(catalog: Catal
     assert overridden.memory.weights_bytes < full.memory.weights_bytes
 
 
+def test_dropout_comes_from_the_preset_the_spec_or_megatron_lms_default(
+    catalog: Catalog,
+) -> None:
+    # Llama 2 trains without dropout (its preset says so); a shape without a preset counts
+    # Megatron-LM's default hidden and attention dropout of 0.1; the spec overrides both.
+    assert catalog.model("llama2-7b").dropout is False
+    assert catalog.model("megatron-1t").dropout is True
+    preset, _ = resolve_shape(spec_of(), catalog)
+    assert preset.dropout is False
+    with_dropout, _ = resolve_shape(
+        spec_of(model={"preset": "llama2-7b", "dropout": True}), catalog
+    )
+    assert with_dropout.dropout is True
+    custom = {
+        "layers": 4,
+        "hiddenSize": 256,
+        "attentionHeads": 4,
+        "vocabSize": 1000,
+        "sequenceLength": 512,
+    }
+    assert resolve_shape(spec_of(model=custom), catalog)[0].dropout is True
+    without = resolve_shape(spec_of(model={**custom, "dropout": False}), catalog)[0]
+    assert without.dropout is False
+    # Less activation memory without the masks.
+    masked = plan(spec_of(model={"preset": "llama2-7b", "dropout": True}), catalog)
+    plain = plan(spec_of(), catalog)
+    assert plain.memory.activations_bytes < masked.memory.activations_bytes
+
+
 def test_overrides_equal_to_the_preset_keep_its_published_parameters(catalog: Catalog) -> None:
     preset = catalog.model("llama2-7b")
     spec = spec_of(model={"preset": "llama2-7b", "layers": preset.layers})

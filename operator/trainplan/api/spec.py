@@ -130,6 +130,14 @@ class ModelSpec(ApiModel):
     tied_embeddings: bool | None = Field(
         None, description="Input embedding and output layer share their weights."
     )
+    dropout: bool | None = Field(
+        None,
+        description=(
+            "Trains with dropout (a hidden or attention dropout probability above 0), whose"
+            " masks add to the activation memory; default the preset's, true without one"
+            " (Megatron-LM's default of 0.1)."
+        ),
+    )
     head_dim: int | None = Field(
         None,
         ge=1,

@@ -273,6 +273,11 @@ def megatron_arguments(
         args.append("--swiglu")
     if not shape.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
+    if not shape.dropout:
+        # Megatron-LM defaults to 0.1 of both (core_v0.19.0 TransformerConfig); the plan
+        # counts no masks for a model without, as its own Llama 3 example runs
+        # (examples/llama/train_llama3_8b_h100_fp8.sh).
+        args += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     args += _megatron_attention_arguments(shape)
     args += _megatron_expert_arguments(plan, shape, expert_capacity_factor)
     args += [

@@ -261,6 +261,8 @@ class ModelPreset:
     latent_attention: LatentAttention | None = None
     active_parameters: float | None = None
     """Parameters one token passes through, as published (MoE models)."""
+    dropout: bool = True
+    """Pre-trained with dropout (`ModelShape.dropout`), as its source states."""
 
     @property
     def shape(self) -> ModelShape:
@@ -278,6 +280,7 @@ class ModelPreset:
             declared_head_dim=self.head_dim,
             experts=self.experts,
             latent_attention=self.latent_attention,
+            dropout=self.dropout,
         )
 
     def lookup_keys(self) -> tuple[str, ...]:
@@ -409,6 +412,7 @@ class _ModelDocument(_Document):
     vocab_size: PositiveInt
     sequence_length: PositiveInt
     tied_embeddings: StrictBool
+    dropout: StrictBool = True
     source: _Name
 
     @model_validator(mode="after")
@@ -582,6 +586,7 @@ def parse_models(models_yaml: str) -> tuple[ModelPreset, ...]:
                 else LatentAttention(**m.latent_attention.model_dump())
             ),
             active_parameters=m.active_parameters,
+            dropout=m.dropout,
         )
         for m in parsed.models
     )

@@ -202,15 +202,17 @@ def layer_activation_bytes_per_token(
 
     Korthikanti et al. 2022, eq. (1)-(2): 34 s b h + 5 a s^2 b bytes per layer for a GPT
     with 4h MLP, of which 10 s b h lie outside the tensor-parallel region (split by t only
-    with sequence parallelism), 24 s b h inside it and 5 a s^2 b in the score matrix.
+    with sequence parallelism), 24 s b h inside it and 5 a s^2 b in the score matrix. A
+    model without dropout keeps no masks: 2 s b h fewer outside, and 3 a s^2 b fewer in
+    the scores (no mask and no dropout output).
     """
     e = activation_element_bytes(precision)
     h = shape.hidden_size
     f = shape.ffn_hidden_size
     kv_ratio = shape.kv_heads / shape.attention_heads
     t = layout.tensor
-    # Two norm inputs, attention and MLP inputs, two dropout masks.
-    outside = (4 * e) * h + 2 * _MASK_BYTES * h
+    # Two norm inputs, attention and MLP inputs, and two dropout masks if it has dropout.
+    outside = (4 * e) * h + (2 * _MASK_BYTES * h if shape.dropout else 0)
     attention_block = _attention_activation_bytes_per_token(shape, e, kv_ratio)
     mlp_block: float = e * f * (3 if shape.gated_mlp else 2)
     experts = shape.experts
@@ -224,10 +226,17 @@ def layer_activation_bytes_per_token(
     inside = attention_block + mlp_block
     scores = 0.0
     if attention == "standard":
-        # softmax output, dropout mask and dropout output per score element
-        scores = shape.attention_heads * shape.sequence_length * (2 * e + _MASK_BYTES)
+        scores = standard_attention_score_bytes_per_token(shape, e)
     outside_share = outside / t if layout.sequence_parallel else outside
     return outside_share + inside / t + scores / t
+
+
+def standard_attention_score_bytes_per_token(shape: ModelShape, element_bytes: int) -> float:
+    """What a materialised-score attention keeps per token and layer (Korthikanti et al.
+    2022, section 4.1: 5 a s^2 b bytes): the softmax output, and with attention dropout
+    its mask and output too."""
+    per_score = (2 * element_bytes + _MASK_BYTES) if shape.dropout else element_bytes
+    return float(shape.attention_heads * shape.sequence_length * per_score)
 
 
 def _attention_activation_bytes_per_token(
@@ -267,8 +276,7 @@ def checkpointed_layer_bytes_per_token(
         return full
     if attention == "standard":
         e = activation_element_bytes(precision)
-        scores = shape.attention_heads * shape.sequence_length * (2 * e + _MASK_BYTES)
-        full -= scores / layout.tensor
+        full -= standard_attention_score_bytes_per_token(shape, e) / layout.tensor
     return full - module_recompute_bytes_per_token(shape, layout, precision)
 
 
@@ -301,17 +309,14 @@ def module_recompute_bytes_per_token(
 
 
 def in_flight_layer_passes(shape: ModelShape, layout: Layout) -> float:
-    """Layer activations alive at once on the most loaded stage under 1F1B.
-
-    Stage i (from 0) holds p - i micro-batches of its layers (Korthikanti et al. 2022,
-    section 4.2.3), fewer when there are fewer micro-batches: the first stage with an even
-    split, possibly the second with an uneven one (`planner.stages`); interleaving with v
-    chunks adds a factor 1 + (p - 1) / (p v).
+    """Layer activations alive at once on the most loaded stage (`StageSplit.most_in_flight`):
+    the first stage with an even split, possibly the second with an uneven one; stage i
+    (from 0) holds p - i micro-batches of its layers under 1F1B (Korthikanti et al. 2022,
+    section 4.2.3), fewer when there are fewer micro-batches, and interleaving with v
+    chunks adds about a factor 1 + (p - 1) / (p v) unless every pass of the step is held.
     """
-    p = layout.pipeline
-    interleave = 1.0 + (p - 1) / (p * layout.virtual_stages) if layout.virtual_stages > 1 else 1.0
-    held = split_of(shape.layers, p).most_in_flight(layout.accumulation_steps)
-    return held * interleave
+    split = split_of(shape.layers, layout.pipeline)
+    return split.most_in_flight(layout.accumulation_steps, layout.virtual_stages)
 
 
 def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration) -> MemoryEstimate:
@@ -363,8 +368,10 @@ def estimate_memory(workload: Workload, layout: Layout, calibration: Calibration
             shape, layout, workload.precision, workload.attention
         )
         activations += rebuilt
-    last_stage_layers = split_of(shape.layers, layout.pipeline).last
-    last_stage_activations = per_layer * tokens * last_stage_layers + rebuilt
+    last_stage_passes = split_of(shape.layers, layout.pipeline).last_in_flight(
+        layout.accumulation_steps, layout.virtual_stages
+    )
+    last_stage_activations = per_layer * tokens * last_stage_passes + rebuilt
 
     e = activation_element_bytes(workload.precision)
     # Logits in the compute type plus their fp32 softmax copy, for one micro-batch. They are

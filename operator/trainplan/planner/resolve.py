@@ -106,6 +106,7 @@ def resolve_model(model: ModelSpec, catalog: Catalog | None) -> tuple[ModelShape
         declared_head_dim=head_dim,
         experts=experts,
         latent_attention=latent,
+        dropout=bool(pick("dropout", "dropout", True)),
     )
     if model.parameters is not None:
         parameters = model.parameters

@@ -103,6 +103,10 @@ class ModelShape:
     `sequence_length` the tokens of one training sequence. `declared_head_dim` is a head
     width other than hidden_size / attention_heads (Qwen3, Gemma); `experts` makes the MLPs
     mixtures of experts and `latent_attention` the attention latent (DeepSeek-V2/V3).
+    `dropout` means the model trains with a dropout probability above 0, so that every
+    dropout keeps a mask for the backward pass (Korthikanti et al. 2022's GPT); most recent
+    models train without, and PyTorch's dropout at p = 0 returns its input and keeps
+    nothing (ATen `native/Dropout.cpp`).
     """
 
     layers: int
@@ -117,6 +121,7 @@ class ModelShape:
     declared_head_dim: int | None = None
     experts: Experts | None = None
     latent_attention: LatentAttention | None = None
+    dropout: bool = True
     _projections: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
     _layer_parameters: float = field(init=False, repr=False, compare=False)
     _expert_layer_parameters: float = field(init=False, repr=False, compare=False)

@@ -57,17 +57,45 @@ class StageSplit:
             return 0.0
         return max(self.first, self.middle if self.pipeline > 2 else 0.0)
 
-    def most_in_flight(self, micro_batches: int) -> float:
-        """The most layer activations one stage keeps under 1F1B: stage i (from 0) holds
-        min(p - i, m) micro-batches of its layers, so among the middle stages the first
-        (i = 1) holds the most."""
+    def most_in_flight(self, micro_batches: int, chunks: int = 1) -> float:
+        """The most layer activations one stage keeps at once (`held_chunk_passes`): the
+        first stage's with an even split, possibly the second's with an uneven one."""
         p = self.pipeline
         if p == 1:
             return self.last * min(1, micro_batches)
-        held = [self.first * min(p, micro_batches), self.last * min(1, micro_batches)]
+        held = [
+            self.first * held_chunk_passes(0, p, micro_batches, chunks) / chunks,
+            self.last_in_flight(micro_batches, chunks),
+        ]
         if p > 2:
-            held.append(self.middle * min(p - 1, micro_batches))
+            held.append(self.middle * held_chunk_passes(1, p, micro_batches, chunks) / chunks)
         return max(held)
+
+    def last_in_flight(self, micro_batches: int, chunks: int = 1) -> float:
+        """Layer activations the last stage keeps at once (`held_chunk_passes`)."""
+        if self.pipeline == 1:
+            return self.last * min(1, micro_batches)
+        passes = held_chunk_passes(self.pipeline - 1, self.pipeline, micro_batches, chunks)
+        return self.last * passes / chunks
+
+
+def held_chunk_passes(stage: int, pipeline: int, micro_batches: int, chunks: int) -> int:
+    """Forward passes of one model chunk whose activations stage `stage` (from 0) of a
+    `pipeline`-stage 1F1B schedule holds at its peak, over `micro_batches` micro-batches
+    and `chunks` chunks per stage.
+
+    Without interleaving, p - i: the warm-up's p - i - 1 forwards and the steady state's
+    one (Narayanan et al. 2021, arXiv 2104.04473, section 2.2.1; Korthikanti et al. 2022,
+    section 4.2.3). Interleaved, 2 (p - i - 1) + (v - 1) p + 1: Megatron-LM's warm-up
+    (core_v0.19.0 `pipeline_parallel/schedules.py`, `get_pp_rank_microbatches`, with its
+    default group of p micro-batches per chunk) and one more in flight; on the first
+    stage that is p v (1 + (p - 1) / (p v)) chunk passes, Korthikanti et al.'s factor.
+    Never more than all m v passes: with few micro-batches the whole step is warm-up.
+    """
+    if chunks <= 1:
+        return min(pipeline - stage, micro_batches)
+    warm_up = 2 * (pipeline - stage - 1) + (chunks - 1) * pipeline
+    return min(micro_batches * chunks, warm_up + 1)
 
 
 def split_counts(layers: int, pipeline: int) -> tuple[int, int, int] | None:
