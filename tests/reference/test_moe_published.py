@@ -1,10 +1,10 @@
 """The planner's mixture-of-experts step times against published runs
 (tests/data/published_moe.csv, `benchmarks.moe`); nothing is fitted to them.
 
-The bounds are what the planner achieves (BENCHMARKS.md, "Mixture-of-experts"): 22.0% mean
+The bounds are what the planner achieves (BENCHMARKS.md, "Mixture-of-experts"): 22.1% mean
 absolute step-time error over 17 rows of six sources (Grok-1, DeepSeek-V3, Qwen3 on H100
 and GB200), the load imbalance fitted with each source held out no better than the
-catalog's 1.0, and DeepSeek-V3's whole pre-training planned 2.7 x its published GPU-hours
+catalog's 1.0, and DeepSeek-V3's whole pre-training planned 2.9 x its published GPU-hours
 (DualPipe hides the all-to-all that Megatron-LM's schedule at 16 uneven stages cannot).
 """
 
