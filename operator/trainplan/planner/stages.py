@@ -86,9 +86,12 @@ def held_chunk_passes(stage: int, pipeline: int, micro_batches: int, chunks: int
 
     Without interleaving, p - i: the warm-up's p - i - 1 forwards and the steady state's
     one (Narayanan et al. 2021, arXiv 2104.04473, section 2.2.1; Korthikanti et al. 2022,
-    section 4.2.3). Interleaved, 2 (p - i - 1) + (v - 1) p + 1: Megatron-LM's warm-up
-    (core_v0.19.0 `pipeline_parallel/schedules.py`, `get_pp_rank_microbatches`, with its
-    default group of p micro-batches per chunk) and one more in flight; on the first
+    section 4.2.3; PyTorch's `Schedule1F1B` warms up min(m, p - i)). Interleaved,
+    2 (p - i - 1) + (v - 1) p + 1: Megatron-LM's warm-up (core_v0.19.0
+    `pipeline_parallel/schedules.py`, `get_pp_rank_microbatches`, with its default group
+    of p micro-batches per chunk) and one more in flight, as in PyTorch's
+    `ScheduleInterleaved1F1B` (`torch.distributed.pipelining.schedules._get_warmup_ops`,
+    which torchtitan runs; tests/runtime/test_pipeline_schedule_upstream.py); on the first
     stage that is p v (1 + (p - 1) / (p v)) chunk passes, Korthikanti et al.'s factor.
     Never more than all m v passes: with few micro-batches the whole step is warm-up.
     """
