@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
@@ -130,15 +130,19 @@ def residuals(
 
 
 def fit_goodput(
-    catalog: Catalog, calibration: Calibration, held_out_groups: frozenset[str] = frozenset()
+    catalog: Catalog,
+    calibration: Calibration,
+    held_out_groups: frozenset[str] = frozenset(),
+    rows: Sequence[RunRow] | None = None,
 ) -> float:
     """The whole-run goodput minimising the sum of absolute log errors of GPU-hours over
-    the rows of `published_runs.csv` outside `held_out_groups` that count elapsed time
-    (rows counting steady steps only carry no overhead to fit) (their median, in effect:
-    robust to rows whose steady step time is off, which goodput must not absorb). The
-    step-time constants stay as given; rows with no feasible layout are skipped."""
+    the rows of `published_runs.csv` (or `rows`) outside `held_out_groups` that count
+    elapsed time (rows counting steady steps only carry no overhead to fit) (their median,
+    in effect: robust to rows whose steady step time is off, which goodput must not
+    absorb). The step-time constants stay as given; rows with no feasible layout are
+    skipped."""
     pairs: list[tuple[RunRow, Any]] = []
-    for row in run_rows(catalog):
+    for row in run_rows(catalog) if rows is None else rows:
         if row.group in held_out_groups or row.hours_basis == "steps":
             continue
         choice = run_choice(row, calibration)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Literal
 
@@ -101,6 +101,10 @@ class RunRow:
     """How the source counted its GPU-hours: "elapsed" (GPUs x wall-clock or billed time,
     every overhead included) or "steps" (computed from steady throughput or logged
     iteration time, so without the run's overheads)."""
+    hours_basis_stated: bool
+    """Whether the source says so; where it does not (`hours_basis_stated` false in the
+    file, the reason in the row's notes), `hours_basis` is a reading, and
+    `benchmarks.whole_runs` also reports the other one (`other_reading`)."""
     group: str
     """The publication the row comes from (one organisation's report): the unit left out
     together by the leave-one-source-out evaluation."""
@@ -278,6 +282,19 @@ def _hours_basis(text: str) -> HoursBasis:
     return value  # type: ignore[return-value]
 
 
+def _stated(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"unknown hours_basis_stated {value!r}")
+    return value == "true"
+
+
+def other_reading(row: RunRow) -> RunRow:
+    """`row` with its GPU-hours read the other way ("elapsed" <-> "steps")."""
+    basis: HoursBasis = "steps" if row.hours_basis == "elapsed" else "elapsed"
+    return replace(row, hours_basis=basis)
+
+
 def run_rows(catalog: Catalog) -> Iterator[RunRow]:
     """Rows of `published_runs.csv`."""
     for row in _read("published_runs.csv"):
@@ -296,6 +313,7 @@ def run_rows(catalog: Catalog) -> Iterator[RunRow]:
             tokens=float(row["tokens"]),
             published_gpu_hours=float(row["published_gpu_hours"]),
             hours_basis=_hours_basis(row["hours_basis"]),
+            hours_basis_stated=_stated(row.get("hours_basis_stated") or "true"),
             group=run_group(row["id"]),
             pins=_pins(row),
         )

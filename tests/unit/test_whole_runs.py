@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from benchmarks.accuracy import run_choice, run_gpu_hours_of
-from benchmarks.reference_data import DATA_DIR, run_group, run_rows
+from benchmarks.reference_data import DATA_DIR, other_reading, run_group, run_rows
 from benchmarks.whole_runs import describe_pins, why_nothing_fits
 from trainplan.planner import Catalog
 from trainplan.planner.reliability import estimate_reliability, whole_run_compute_seconds
@@ -78,6 +78,25 @@ def test_every_whole_run_row_parses_and_names_its_source(catalog: Catalog) -> No
             assert math.isclose(
                 row.gpus * float(days) * 24, row.published_gpu_hours, rel_tol=0.1
             ), row.row_id
+
+
+def test_a_basis_the_source_does_not_state_is_read_both_ways(catalog: Catalog) -> None:
+    # Where a source does not say whether its GPU-hours count wall-clock time or steady
+    # steps, its notes say so, and the benchmark also reports the other reading.
+    rows = list(run_rows(catalog))
+    unstated = [row for row in rows if not row.hours_basis_stated]
+    assert unstated, "Pythia's table does not say how it counted"
+    for row in unstated:
+        assert "does not say" in row_notes(row.row_id)
+        flipped = other_reading(row)
+        assert {flipped.hours_basis, row.hours_basis} == {"elapsed", "steps"}
+        assert other_reading(flipped) == row
+    assert all(row.hours_basis_stated for row in rows if row.group == "llama1")
+
+
+def row_notes(row_id: str) -> str:
+    with (DATA_DIR / "published_runs.csv").open(newline="") as handle:
+        return next(r["notes"] for r in csv.DictReader(handle) if r["id"] == row_id)
 
 
 def test_published_layouts_are_pins_and_unpublished_parts_are_searched(catalog: Catalog) -> None:
