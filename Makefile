@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml Makefile
 	# it in tests; without its dependencies (datasets, tensorboard...), which parsing needs
 	# none of (tyro is a dev dependency).
 	$(BIN)/python -m pip install --quiet --no-deps torchtitan==0.2.2
+	# llm-analysis, the peer benchmarks/peers.py compares with; without its dependencies
+	# (pinned transformers and huggingface-hub releases its analysis does not import; fire,
+	# which it does, is a dev dependency).
+	$(BIN)/python -m pip install --quiet --no-deps llm-analysis==0.2.2
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -12,6 +12,7 @@ import time
 BENCHMARKS = (
     ("planner speed", "benchmarks.planner_speed"),
     ("planner accuracy", "benchmarks.accuracy"),
+    ("the planner beside llm-analysis (same rows and layouts)", "benchmarks.peers"),
     ("whole runs from many sources", "benchmarks.whole_runs"),
     ("fine-tuning (published full, LoRA and QLoRA runs)", "benchmarks.finetuning"),
     ("fp8 against bf16 (published pairs)", "benchmarks.fp8"),
