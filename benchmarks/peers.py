@@ -14,9 +14,11 @@ these rows (in sample, as trainplan's constants are; trainplan's held-out figure
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from llm_analysis.analysis import ActivationRecomputation, DSZeRO, LLMAnalysis
 from llm_analysis.config import (
@@ -26,10 +28,11 @@ from llm_analysis.config import (
     get_gpu_config_by_name,
 )
 
-from benchmarks.accuracy import best_pinned
-from benchmarks.reference_data import BenchmarkRow, benchmark_rows
+from benchmarks import whole_runs
+from benchmarks.accuracy import best_pinned, run_choice
+from benchmarks.reference_data import BenchmarkRow, RunRow, benchmark_rows, run_rows
 from trainplan.planner.catalog import Catalog, load_catalog
-from trainplan.planner.layout import Layout
+from trainplan.planner.layout import Layout, Workload
 
 PEER_GPUS = {
     "A100-SXM4-80GB": "a100-sxm-80gb",
@@ -63,9 +66,31 @@ class PeerRow:
 def llm_analysis_step_seconds(row: BenchmarkRow, layout: Layout, efficiency: float | None) -> float:
     """llm-analysis's latency per iteration of `row` on `layout` (bf16 weights,
     activations and embeddings), at `efficiency` (None: its default)."""
-    shape = row.workload.shape
+    summary = _llm_analysis(row.row_id, row.workload, layout, efficiency)
+    return float(summary["latency_per_iter"])
+
+
+def llm_analysis_gpu_hours(run: RunRow, layout: Layout, efficiency: float | None) -> float:
+    """llm-analysis's GPU-hours of a whole run: its latency per iteration times its own
+    iteration count for the run's tokens, on the run's GPUs (no failures, no overheads);
+    NaN where its memory model refuses the layout (it asserts that the micro-batch fits)."""
+    try:
+        summary = _llm_analysis(run.row_id, run.workload, layout, efficiency, run.tokens)
+    except AssertionError:
+        return math.nan
+    return float(summary["gpu_hours"])
+
+
+def _llm_analysis(
+    name: str,
+    workload: Workload,
+    layout: Layout,
+    efficiency: float | None,
+    total_tokens: float | None = None,
+) -> dict[str, Any]:
+    shape = workload.shape
     model = ModelConfig(
-        name=row.row_id,
+        name=name,
         num_layers=shape.layers,
         n_head=shape.attention_heads,
         hidden_dim=shape.hidden_size,
@@ -84,21 +109,55 @@ def llm_analysis_step_seconds(row: BenchmarkRow, layout: Layout, efficiency: flo
     options = {} if efficiency is None else {"flops_efficiency": efficiency}
     analysis = LLMAnalysis(
         model,
-        get_gpu_config_by_name(PEER_GPUS[row.workload.gpu.name]),
+        get_gpu_config_by_name(PEER_GPUS[workload.gpu.name]),
         get_dtype_config_by_name("w16a16e16"),
         parallelism,
         **options,
     )
-    summary = analysis.training(
+    summary: dict[str, Any] = analysis.training(
         batch_size_per_gpu=layout.micro_batch_size,
         gradient_accumulation_steps=layout.accumulation_steps,
         seq_len=shape.sequence_length,
+        total_num_tokens=None if total_tokens is None else int(total_tokens),
         activation_recomputation=_RECOMPUTE[layout.checkpointing],
         ds_zero=DSZeRO(layout.zero_stage),
-        flash_attn=row.workload.attention == "flash",
+        flash_attn=workload.attention == "flash",
         mlp_gated_linear_units=shape.gated_mlp,
     )
-    return float(summary["latency_per_iter"])
+    return summary
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRun:
+    """One whole run: published, trainplan's held-out and llm-analysis's GPU-hours."""
+
+    row_id: str
+    published: float
+    trainplan_held_out: float
+    peer_default: float
+    peer_half: float
+
+
+def evaluate_runs(catalog: Catalog) -> list[PeerRun]:
+    """Every whole run of `published_runs.csv` that trainplan prices, each on the layout
+    trainplan prices it on (`whole_runs`), beside its held-out GPU-hours."""
+    calibration = catalog.calibration
+    held_out = {r.row_id: r.held_out for r in whole_runs.evaluate(catalog)}
+    runs = []
+    for run in run_rows(catalog):
+        choice = run_choice(run, calibration)
+        if choice is None:
+            continue
+        runs.append(
+            PeerRun(
+                row_id=run.row_id,
+                published=run.published_gpu_hours,
+                trainplan_held_out=held_out[run.row_id],
+                peer_default=llm_analysis_gpu_hours(run, choice.layout, None),
+                peer_half=llm_analysis_gpu_hours(run, choice.layout, 0.5),
+            )
+        )
+    return runs
 
 
 def evaluate(catalog: Catalog) -> list[PeerRow]:
@@ -177,7 +236,45 @@ def report(catalog: Catalog) -> str:
             f" median {statistics.median(absolute):.1%}, worst {max(absolute):.1%}"
             f" over {len(rows)} rows"
         )
+    lines += ["", *_runs_report(evaluate_runs(catalog))]
     return "\n".join(lines)
+
+
+def _runs_report(runs: Sequence[PeerRun]) -> list[str]:
+    lines = [
+        "| run | published GPU-h | trainplan held out | error | llm-analysis default"
+        " | error | at 0.5 | error |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in runs:
+        cells = [
+            f"{value:,.0f} | {value / r.published - 1:+.1%}"
+            if math.isfinite(value)
+            else "refused | -"
+            for value in (r.trainplan_held_out, r.peer_default, r.peer_half)
+        ]
+        lines.append(f"| {r.row_id} | {r.published:,.0f} | {' | '.join(cells)} |")
+    priced = [r for r in runs if math.isfinite(r.peer_default) and math.isfinite(r.peer_half)]
+    refused = [r.row_id for r in runs if r not in priced]
+    lines.append("")
+    if refused:
+        layouts = "layout" if len(refused) == 1 else "layouts"
+        lines.append(
+            f"- llm-analysis's memory model refuses {len(refused)} {layouts} that trainplan"
+            f" prices ({', '.join(refused)}); the summaries are over the other"
+            f" {len(priced)} runs."
+        )
+    for name, values in (
+        ("trainplan, leave one source out", [r.trainplan_held_out for r in priced]),
+        ("llm-analysis at its default efficiency", [r.peer_default for r in priced]),
+        ("llm-analysis at efficiency 0.5", [r.peer_half for r in priced]),
+    ):
+        absolute = [abs(v / r.published - 1) for v, r in zip(values, priced, strict=True)]
+        lines.append(
+            f"- whole runs, {name}: median absolute error {statistics.median(absolute):.1%},"
+            f" mean {statistics.mean(absolute):.1%} over {len(priced)} runs"
+        )
+    return lines
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from benchmarks.peers import EFFICIENCY_GRID, best_efficiency, evaluate
+from benchmarks.peers import EFFICIENCY_GRID, best_efficiency, evaluate, evaluate_runs
 from trainplan.planner import Catalog
 
 pytestmark = pytest.mark.reference
@@ -41,3 +41,17 @@ def test_the_planner_is_more_accurate_than_the_peer_at_any_efficiency(catalog: C
         for i in range(len(EFFICIENCY_GRID))
     )
     assert mean_error([r.trainplan for r in rows]) < 0.5 * peer
+
+
+def test_whole_runs_held_out_beat_the_peer_on_the_runs_it_prices(catalog: Catalog) -> None:
+    runs = evaluate_runs(catalog)
+    priced = [r for r in runs if math.isfinite(r.peer_default) and math.isfinite(r.peer_half)]
+    assert len(priced) >= 20
+
+    def median_error(values: list[float]) -> float:
+        pairs = zip(values, priced, strict=True)
+        return statistics.median(abs(v / r.published - 1) for v, r in pairs)
+
+    planner = median_error([r.trainplan_held_out for r in priced])
+    assert planner < median_error([r.peer_half for r in priced])
+    assert planner < median_error([r.peer_default for r in priced])
