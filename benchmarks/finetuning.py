@@ -37,9 +37,11 @@ SHAPES: Final = {
 
 QWEN_SHAPES: Final = {
     # Qwen/Qwen-1_8B and Qwen/Qwen-7B config.json on Hugging Face: QWen's intermediate_size
-    # (11008, 22016) counts both halves of its SwiGLU, so the FFN width is half of it.
-    "Qwen/Qwen-1_8B": ModelShape(24, 2048, 16, 16, 5504, True, 151936, 2048, False),
-    "Qwen/Qwen-7B": ModelShape(32, 4096, 32, 32, 11008, True, 151936, 2048, False),
+    # (11008, 22016) counts both halves of its SwiGLU, so the FFN width is half of it; its
+    # attn_dropout_prob and emb_dropout_prob are 0.0 (also configuration_qwen.py's
+    # defaults), and the model has no other dropout: no masks.
+    "Qwen/Qwen-1_8B": ModelShape(24, 2048, 16, 16, 5504, True, 151936, 2048, False, dropout=False),
+    "Qwen/Qwen-7B": ModelShape(32, 4096, 32, 32, 11008, True, 151936, 2048, False, dropout=False),
 }
 """Bases outside the catalog, with their published shapes (sequence set per row)."""
 
