@@ -560,10 +560,12 @@ def test_dropout_comes_from_the_preset_the_spec_or_megatron_lms_default(
     assert resolve_shape(spec_of(model=custom), catalog)[0].dropout is True
     without = resolve_shape(spec_of(model={**custom, "dropout": False}), catalog)[0]
     assert without.dropout is False
-    # Less activation memory without the masks.
+    # Less activation memory without the masks; the explanation says when it counts them.
     masked = plan(spec_of(model={"preset": "llama2-7b", "dropout": True}), catalog)
     plain = plan(spec_of(), catalog)
     assert plain.memory.activations_bytes < masked.memory.activations_bytes
+    assert any("with dropout masks (model.dropout)" in line for line in masked.explanation)
+    assert not any("dropout" in line for line in plain.explanation)
 
 
 def test_overrides_equal_to_the_preset_keep_its_published_parameters(catalog: Catalog) -> None:

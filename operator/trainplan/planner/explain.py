@@ -114,6 +114,12 @@ def _expert_rule(workload: Workload) -> str:
     )
 
 
+def _dropout_note(workload: Workload) -> str:
+    """Says when the activations count dropout masks, which a model without dropout does
+    not keep (`model.dropout`; true by default for a shape without a preset)."""
+    return " with dropout masks (model.dropout)" if workload.shape.dropout else ""
+
+
 def _work(workload: Workload, resolved: ResolvedSpec, steps: int) -> str:
     tokens = (
         f"{format_count(steps * workload.tokens_per_step, 'token')}"
@@ -173,8 +179,8 @@ def explain(
             f"Memory per GPU: {gib(memory.total_bytes)} of {gib(memory.capacity_bytes)}"
             f" ({_share(memory.total_bytes, memory.capacity_bytes)}): weights, gradients and"
             f" optimizer {gib(memory.model_state_bytes)}, activations"
-            f" {gib(memory.activations_bytes)}, logits {gib(memory.logits_bytes)}, overhead"
-            f" {gib(memory.overhead_bytes)}."
+            f" {gib(memory.activations_bytes)}{_dropout_note(workload)}, logits"
+            f" {gib(memory.logits_bytes)}, overhead {gib(memory.overhead_bytes)}."
         ),
     ]
     total = step.step_seconds
