@@ -29,7 +29,7 @@ from llm_analysis.config import (
 )
 
 from benchmarks import whole_runs
-from benchmarks.accuracy import best_pinned, run_choice
+from benchmarks.accuracy import best_pinned
 from benchmarks.reference_data import BenchmarkRow, RunRow, benchmark_rows, run_rows
 from trainplan.planner.catalog import Catalog, load_catalog
 from trainplan.planner.layout import Layout, Workload
@@ -141,23 +141,18 @@ class PeerRun:
 def evaluate_runs(catalog: Catalog) -> list[PeerRun]:
     """Every whole run of `published_runs.csv` that trainplan prices, each on the layout
     trainplan prices it on (`whole_runs`), beside its held-out GPU-hours."""
-    calibration = catalog.calibration
-    held_out = {r.row_id: r.held_out for r in whole_runs.evaluate(catalog)}
-    runs = []
-    for run in run_rows(catalog):
-        choice = run_choice(run, calibration)
-        if choice is None:
-            continue
-        runs.append(
-            PeerRun(
-                row_id=run.row_id,
-                published=run.published_gpu_hours,
-                trainplan_held_out=held_out[run.row_id],
-                peer_default=llm_analysis_gpu_hours(run, choice.layout, None),
-                peer_half=llm_analysis_gpu_hours(run, choice.layout, 0.5),
-            )
+    runs = {run.row_id: run for run in run_rows(catalog)}
+    return [
+        PeerRun(
+            row_id=result.row_id,
+            published=result.published,
+            trainplan_held_out=result.held_out,
+            peer_default=llm_analysis_gpu_hours(runs[result.row_id], result.chosen, None),
+            peer_half=llm_analysis_gpu_hours(runs[result.row_id], result.chosen, 0.5),
         )
-    return runs
+        for result in whole_runs.evaluate(catalog)
+        if result.chosen is not None
+    ]
 
 
 def evaluate(catalog: Catalog) -> list[PeerRow]:

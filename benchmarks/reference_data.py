@@ -40,10 +40,11 @@ from trainplan.planner.search import LayoutPins
 from trainplan.planner.shapes import ModelShape
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
-_PRE_FLASH_SOURCES = ("Narayanan", "Korthikanti", "vTrain")
+_MEGATRON_GPT_SOURCES = ("Narayanan", "Korthikanti", "vTrain")
+"""Megatron-LM's GPT runs of 2021-2022 (and the sweeps that replay them): materialised
+attention scores and Megatron-LM's default dropout (module docstring)."""
 _VTRAIN_VOCAB = 51200
 _UNTIED_SOURCES = ("Touvron", "pytorch/torchtitan")
-_DROPOUT_SOURCES = ("Narayanan", "Korthikanti", "vTrain")
 OFF_CATALOG_SOURCES: Final = ("pytorch/torchtitan",)
 """Sources whose GPUs differ from the catalog entry they are priced on: torchtitan's H100
 runs used Meta's Grand Teton H100 (96 GB HBM2e at 2.4 TB/s, 500 W power limit, a peak
@@ -114,25 +115,27 @@ class RunRow:
 
 
 def _attention_for(source: str) -> AttentionKernel:
-    return "standard" if source.startswith(_PRE_FLASH_SOURCES) else "flash"
+    return "standard" if source.startswith(_MEGATRON_GPT_SOURCES) else "flash"
+
+
+def _flag(row: dict[str, str], column: str, default: bool) -> bool:
+    """A true/false column of the row, `default` where it is empty or absent."""
+    text = (row.get(column) or "").strip().lower()
+    if not text:
+        return default
+    if text not in ("true", "false"):
+        raise ValueError(f"unknown {column} {text!r}")
+    return text == "true"
 
 
 def _tied(row: dict[str, str], source: str) -> bool:
     """The row's `tied_embeddings` column where it has one, else the source's family."""
-    text = (row.get("tied_embeddings") or "").strip().lower()
-    if text:
-        return text == "true"
-    return not source.startswith(_UNTIED_SOURCES)
+    return _flag(row, "tied_embeddings", not source.startswith(_UNTIED_SOURCES))
 
 
 def _dropout(row: dict[str, str], source: str) -> bool:
     """The row's `dropout` column where it has one, else the source's family."""
-    text = (row.get("dropout") or "").strip().lower()
-    if text:
-        if text not in ("true", "false"):
-            raise ValueError(f"unknown dropout {text!r}")
-        return text == "true"
-    return source.startswith(_DROPOUT_SOURCES)
+    return _flag(row, "dropout", source.startswith(_MEGATRON_GPT_SOURCES))
 
 
 def _shape(row: dict[str, str], source: str, vocab: int | None = None) -> ModelShape:
@@ -282,13 +285,6 @@ def _hours_basis(text: str) -> HoursBasis:
     return value  # type: ignore[return-value]
 
 
-def _stated(text: str) -> bool:
-    value = text.strip().lower()
-    if value not in ("true", "false"):
-        raise ValueError(f"unknown hours_basis_stated {value!r}")
-    return value == "true"
-
-
 def other_reading(row: RunRow) -> RunRow:
     """`row` with its GPU-hours read the other way ("elapsed" <-> "steps")."""
     basis: HoursBasis = "steps" if row.hours_basis == "elapsed" else "elapsed"
@@ -313,7 +309,7 @@ def run_rows(catalog: Catalog) -> Iterator[RunRow]:
             tokens=float(row["tokens"]),
             published_gpu_hours=float(row["published_gpu_hours"]),
             hours_basis=_hours_basis(row["hours_basis"]),
-            hours_basis_stated=_stated(row.get("hours_basis_stated") or "true"),
+            hours_basis_stated=_flag(row, "hours_basis_stated", True),
             group=run_group(row["id"]),
             pins=_pins(row),
         )

@@ -29,6 +29,7 @@ from benchmarks.fit_calibration import fit_goodput
 from benchmarks.reference_data import RunRow, other_reading, run_rows
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.catalog import Catalog, load_catalog
+from trainplan.planner.layout import Layout
 from trainplan.planner.search import Evaluator, LayoutPins, best_at
 
 _GIB = 1024**3
@@ -47,6 +48,8 @@ class RunResult:
     baseline: float
     published_layout: str
     layout: str
+    chosen: Layout | None
+    """The layout priced (None where nothing fits under the published one)."""
 
     @staticmethod
     def error(value: float, published: float) -> float:
@@ -82,6 +85,7 @@ def evaluate(catalog: Catalog, rows: Sequence[RunRow] | None = None) -> list[Run
                     if choice is None
                     else choice.layout.describe()
                 ),
+                chosen=None if choice is None else choice.layout,
             )
         )
     return results
