@@ -291,13 +291,23 @@ def other_reading(row: RunRow) -> RunRow:
     return replace(row, hours_basis=basis)
 
 
+RUN_GPUS_PER_NODE = 8
+"""GPUs per node of every published run's cluster (8 on each: DGX-class A100 and H100
+servers, p4d.24xlarge)."""
+
+
 def run_rows(catalog: Catalog) -> Iterator[RunRow]:
     """Rows of `published_runs.csv`."""
     for row in _read("published_runs.csv"):
+        gpu = catalog.gpu(row["gpu_type"])
+        network = (row.get("network_gbps_per_node") or "").strip()
+        if network:
+            # The cluster's own network where the source states it (the row's notes).
+            gpu = gpu.with_node_network(float(network), RUN_GPUS_PER_NODE)
         workload = Workload(
             shape=_shape(row, row["source"]),
-            gpu=catalog.gpu(row["gpu_type"]),
-            gpus_per_node=8,
+            gpu=gpu,
+            gpus_per_node=RUN_GPUS_PER_NODE,
             global_batch_size=int(row["global_batch_size"]),
             attention=_run_attention(row),
         )

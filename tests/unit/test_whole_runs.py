@@ -135,3 +135,47 @@ def test_a_published_layout_that_does_not_fit_is_reported_not_replaced(catalog: 
     assert why_nothing_fits(unsharded, catalog.calibration).startswith(
         "published layout does not fit: TP1 PP1 DP96"
     )
+
+
+def test_a_stated_cluster_network_prices_the_run_on_it(catalog: Catalog) -> None:
+    # BloombergGPT's and Falcon-180B's p4d.24xlarge nodes: 400 Gb/s of EFA for 8 GPUs,
+    # a quarter of the catalog A100's 200 Gb/s per GPU; rows that state none keep it.
+    with (DATA_DIR / "published_runs.csv").open(newline="") as handle:
+        stated = {
+            r["id"]: float(r["network_gbps_per_node"])
+            for r in csv.DictReader(handle)
+            if r["network_gbps_per_node"].strip()
+        }
+    assert stated == {"bloomberggpt-50b": 400.0, "falcon-180b": 400.0}
+    rows = {row.row_id: row for row in run_rows(catalog)}
+    for row_id, gbps in stated.items():
+        assert "400 Gb/s" in row_notes(row_id)
+        gpu = rows[row_id].workload.gpu
+        assert gpu.network_bandwidth_bytes_per_second == pytest.approx(gbps * 1e9 / 8 / 8)
+        catalog_gpu = catalog.gpu(gpu.name)
+        assert (
+            gpu.network_bandwidth_bytes_per_second < catalog_gpu.network_bandwidth_bytes_per_second
+        )
+        assert replace(gpu, network_bandwidth_bytes_per_second=0.0) == replace(
+            catalog_gpu, network_bandwidth_bytes_per_second=0.0
+        )
+    assert rows["llama2-70b"].workload.gpu == catalog.gpu("A100-SXM4-80GB")
+    # The slower network costs Falcon's data-parallel reduction across nodes.
+    falcon = rows["falcon-180b"]
+    on_catalog = replace(
+        falcon, workload=replace(falcon.workload, gpu=catalog.gpu("A100-SXM4-40GB"))
+    )
+    slow, fast = (run_choice(r, catalog.calibration) for r in (falcon, on_catalog))
+    assert slow is not None and fast is not None and slow.step is not None and fast.step is not None
+    assert slow.step.data_comm_seconds > 2 * fast.step.data_comm_seconds
+
+
+def test_bloomberggpt_is_priced_on_its_published_zero3_layout(catalog: Catalog) -> None:
+    # Wu et al. 2023 (arXiv 2303.17564) section 3.4: ZeRO stage 3 over 128-GPU shards, no
+    # tensor or pipeline parallelism, activation checkpointing on every transformer layer.
+    row = next(row for row in run_rows(catalog) if row.row_id == "bloomberggpt-50b")
+    assert describe_pins(row.pins) == "TP1 PP1 ZeRO-3 full-recompute"
+    choice = run_choice(row, catalog.calibration)
+    assert choice is not None
+    assert (choice.layout.data, choice.layout.zero_stage) == (512, 3)
+    assert row.workload.shape.dropout is False

@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Annotated, Any, Final, Literal, Self, TypeVar
 
@@ -232,6 +232,13 @@ class GPUSpec:
             return self.peak_flops[precision.strip().lower()]
         except KeyError:
             raise UnsupportedPrecisionError(self.name, precision, self.precisions) from None
+
+    def with_node_network(self, gbps_per_node: float, gpus_per_node: int) -> GPUSpec:
+        """This GPU in a cluster whose nodes have `gbps_per_node` gigabits per second of
+        network, shared by their `gpus_per_node` GPUs (the catalog's figure is per GPU:
+        one port each on its reference system)."""
+        per_gpu = gbps_per_node * 1e9 / 8 / gpus_per_node
+        return replace(self, network_bandwidth_bytes_per_second=per_gpu)
 
     def lookup_keys(self) -> tuple[str, ...]:
         """The normalized names this GPU answers to: name, aliases, GFD product label."""

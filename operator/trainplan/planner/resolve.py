@@ -8,7 +8,7 @@ resolved shape (the API models can only check them against explicit fields).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from trainplan.api import ModelSpec, TrainingPlanSpec
 from trainplan.planner.catalog import (
@@ -389,9 +389,7 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
         raise PlanInputError(problems)
     network_gbps = spec.hardware.network_gbps_per_node
     if network_gbps is not None:
-        # The catalog's figure is per GPU (one port each on its reference system).
-        per_gpu = network_gbps * 1e9 / 8 / spec.hardware.gpus_per_node
-        gpu = replace(gpu, network_bandwidth_bytes_per_second=per_gpu)
+        gpu = gpu.with_node_network(network_gbps, spec.hardware.gpus_per_node)
 
     workload = Workload(
         shape=shape,
