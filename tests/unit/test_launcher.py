@@ -830,6 +830,8 @@ def test_megatron_arguments_equal_the_plan() -> None:
 
     assert args[0] == "pretrain_gpt.py"
     assert args[-2:] == ["--data-path", "/data/x"]
+    # Exactly these: no --no-overlap-p2p-communication, so Megatron-LM overlaps the
+    # interleaved schedule's steady-state transfers, as the plan priced them.
     assert flags == {
         "--tensor-model-parallel-size": "2",
         "--pipeline-model-parallel-size": "2",

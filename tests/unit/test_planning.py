@@ -621,6 +621,19 @@ def test_the_framework_bounds_the_zero_stage(
             assert layout.zero_stage <= 1
 
 
+@pytest.mark.parametrize(
+    ("framework", "overlaps"),
+    [("megatron", True), ("torchtitan", False), ("deepspeed", False), ("reference", False)],
+)
+def test_only_megatron_plans_overlapped_pipeline_transfers(
+    catalog: Catalog, framework: str, overlaps: bool
+) -> None:
+    # Megatron-LM's overlap_p2p_comm is on by default (core_v0.19.0 training/arguments.py:
+    # --no-overlap-p2p-communication, store_false) and the launcher leaves it on.
+    spec = spec_of(job={"framework": framework})
+    assert resolve(spec, catalog).workload.pipeline_p2p_overlap is overlaps
+
+
 def test_a_zero_pin_the_framework_cannot_run_names_those_that_can(catalog: Catalog) -> None:
     document = {**SMALL, "parallelism": {"zeroStage": 3}, "job": {"framework": "megatron"}}
     with pytest.raises(PlanInputError) as raised:

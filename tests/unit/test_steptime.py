@@ -17,6 +17,8 @@ from trainplan.planner.steptime import (
     data_comm_seconds,
     layer_pass_seconds,
     logits_pass_seconds,
+    overlapped_transfers,
+    pipeline_transfer_seconds,
     step_time,
     tensor_comm_seconds_per_layer_pass,
 )
@@ -151,6 +153,59 @@ def test_pipeline_bubble_is_p_minus_1_over_v_micro_batches(
     step = step_time(work, lay, calibration)
     per_micro_batch = (step.compute_seconds + step.tensor_comm_seconds) / accumulation
     assert step.pipeline_bubble_seconds / per_micro_batch == pytest.approx((pipeline - 1) / virtual)
+
+
+def _p2p(work: Workload, lay: Layout, calibration: Calibration) -> float:
+    return step_time(work, lay, calibration).pipeline_comm_seconds
+
+
+@pytest.mark.parametrize(("accumulation", "virtual"), [(32, 2), (64, 3), (128, 4)])
+def test_megatron_hides_the_steady_phase_transfers_of_an_interleaved_pipeline(
+    a100: GPUSpec, calibration: Calibration, accumulation: int, virtual: int
+) -> None:
+    # Megatron-LM's overlap_p2p_comm (core_v0.19.0): the first stage's m v - warm-up steady
+    # passes hide their forward and backward transfers under one chunk's forward pass each;
+    # the warm-up's and the flush's stay blocking, as do every other framework's.
+    pipeline = 8
+    blocking = workload(a100)
+    overlapping = replace(blocking, pipeline_p2p_overlap=True)
+    # Adjacent stages 8 x 4 + 1 ranks apart: across nodes, so each transfer is sizeable.
+    lay = layout(8, pipeline, 4, accumulation=accumulation, virtual=virtual, sp=True)
+    transfer = pipeline_transfer_seconds(blocking, lay, calibration)
+    chunk_forward = (
+        blocking.shape.layers
+        / pipeline
+        / virtual
+        * (layer_pass_seconds(blocking, lay, calibration).forward_seconds)
+    )
+    warm_up = 2 * (pipeline - 1) + (virtual - 1) * pipeline
+    steady = accumulation * virtual - warm_up
+    assert overlapped_transfers(pipeline, accumulation, virtual) == steady > 0
+    full = _p2p(blocking, lay, calibration)
+    assert full == pytest.approx(
+        calibration.pipeline_p2p_exposed * 2 * virtual * (accumulation + pipeline - 1) * transfer
+    )
+    hidden = calibration.pipeline_p2p_exposed * 2 * steady * min(transfer, chunk_forward)
+    assert _p2p(overlapping, lay, calibration) == pytest.approx(full - hidden)
+    assert 0 < _p2p(overlapping, lay, calibration) < full
+
+
+@pytest.mark.parametrize(
+    "lay",
+    [
+        # Not interleaved: Megatron-LM turns the overlap off.
+        layout(8, 8, 4, accumulation=64, sp=True),
+        # m v no more than the warm-up (m = p): the whole step is warm-up and flush.
+        layout(8, 8, 4, accumulation=8, virtual=4, sp=True),
+    ],
+    ids=lambda lay: lay.describe(),
+)
+def test_no_transfer_hides_without_a_steady_interleaved_phase(
+    a100: GPUSpec, calibration: Calibration, lay: Layout
+) -> None:
+    blocking = workload(a100)
+    overlapping = replace(blocking, pipeline_p2p_overlap=True)
+    assert _p2p(overlapping, lay, calibration) == _p2p(blocking, lay, calibration) > 0
 
 
 def test_no_bubble_and_no_p2p_without_pipeline(a100: GPUSpec, calibration: Calibration) -> None:

@@ -166,7 +166,10 @@ def test_a_stated_cluster_network_prices_the_run_on_it(catalog: Catalog) -> None
         falcon, workload=replace(falcon.workload, gpu=catalog.gpu("A100-SXM4-40GB"))
     )
     slow, fast = (run_choice(r, catalog.calibration) for r in (falcon, on_catalog))
-    assert slow is not None and fast is not None and slow.step is not None and fast.step is not None
+    assert slow is not None
+    assert fast is not None
+    assert slow.step is not None
+    assert fast.step is not None
     assert slow.step.data_comm_seconds > 2 * fast.step.data_comm_seconds
 
 

@@ -29,6 +29,12 @@
   experts' all-to-all of one micro-batch with another's compute
   (`--overlap-moe-expert-parallel-comm --delay-wgrad-compute`, with no pipeline or an
   interleaved one); torchtitan does not.
+- Pipeline point-to-point: Megatron-LM overlaps the sends and receives of the
+  interleaved schedule's steady 1F1B phase with the chunks' compute (`overlap_p2p_comm`,
+  on by default: `--no-overlap-p2p-communication` turns it off, and it is off without
+  interleaving; core_v0.19.0 `training/arguments.py`), while its warm-up and flush keep
+  blocking ones (`overlap_p2p_comm_warmup_flush` defaults to off). The other frameworks'
+  transfers are priced as blocking.
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ class FrameworkLimits:
     expert_comm_overlap: bool = False
     """One micro-batch's expert all-to-all overlaps another's compute (with no pipeline or
     an interleaved one)."""
+    pipeline_p2p_overlap: bool = False
+    """The interleaved schedule's steady-state sends and receives overlap compute."""
 
     def allows(self, zero_stage: int, pipeline: int, experts: bool = False) -> bool:
         """Whether ZeRO `zero_stage` runs with `pipeline` stages (and MoE layers)."""
@@ -95,7 +103,7 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         experts=False,
         expert_parallel=False,
     ),
-    "megatron": FrameworkLimits((0, 1), 1, expert_comm_overlap=True),
+    "megatron": FrameworkLimits((0, 1), 1, expert_comm_overlap=True, pipeline_p2p_overlap=True),
     "deepspeed": FrameworkLimits(
         (0, 1, 2, 3),
         1,

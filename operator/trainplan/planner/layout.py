@@ -120,6 +120,10 @@ class Workload:
     """The framework overlaps one micro-batch's all-to-all with another's compute where
     the pipeline schedule allows (Megatron-Core's `--overlap-moe-expert-parallel-comm`,
     with no pipeline or an interleaved one; DeepSeek-V3's DualPipe)."""
+    pipeline_p2p_overlap: bool = False
+    """The framework overlaps the interleaved pipeline's steady-state point-to-point
+    transfers with compute (Megatron-LM's default `overlap_p2p_comm`); its warm-up and
+    flush transfers stay blocking."""
 
     @property
     def nvlink_domain_gpus(self) -> int:

@@ -95,10 +95,20 @@ def held_chunk_passes(stage: int, pipeline: int, micro_batches: int, chunks: int
     stage that is p v (1 + (p - 1) / (p v)) chunk passes, Korthikanti et al.'s factor.
     Never more than all m v passes: with few micro-batches the whole step is warm-up.
     """
+    return min(
+        micro_batches * chunks, warmup_chunk_passes(stage, pipeline, micro_batches, chunks) + 1
+    )
+
+
+def warmup_chunk_passes(stage: int, pipeline: int, micro_batches: int, chunks: int) -> int:
+    """Forward passes of one model chunk that stage `stage` runs before its first backward
+    pass (the 1F1B warm-up, `held_chunk_passes` above): p - i - 1, or interleaved
+    2 (p - i - 1) + (v - 1) p; never more than all m v passes."""
     if chunks <= 1:
-        return min(pipeline - stage, micro_batches)
-    warm_up = 2 * (pipeline - stage - 1) + (chunks - 1) * pipeline
-    return min(micro_batches * chunks, warm_up + 1)
+        warm_up = pipeline - stage - 1
+    else:
+        warm_up = 2 * (pipeline - stage - 1) + (chunks - 1) * pipeline
+    return min(micro_batches * chunks, warm_up)
 
 
 def split_counts(layers: int, pipeline: int) -> tuple[int, int, int] | None:

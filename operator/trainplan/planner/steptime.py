@@ -50,7 +50,7 @@ from trainplan.planner.shapes import (
     latent_up_projections,
     layer_parameter_count,
 )
-from trainplan.planner.stages import split_of
+from trainplan.planner.stages import split_of, warmup_chunk_passes
 
 FLASH_CAUSAL_FRACTION = 0.5  # a causal fused kernel skips the masked half of the scores
 _FLASH_BACKWARD_RATIO = 2.5  # flash backward recomputes the scores: 2.5 x forward FLOPs
@@ -668,6 +668,19 @@ def optimizer_seconds(workload: Workload, layout: Layout, calibration: Calibrati
     return params * calibration.optimizer_bytes_per_parameter / bandwidth
 
 
+def overlapped_transfers(pipeline: int, micro_batches: int, chunks: int) -> int:
+    """Forward (and as many backward) chunk passes of the interleaved schedule whose
+    transfers can hide under compute where the framework overlaps them: the first stage's
+    steady 1F1B passes, all m v passes less its warm-up (`stages.warmup_chunk_passes`).
+    Megatron-LM posts each steady-state send and receive before the chunk's compute and
+    waits for it after (core_v0.19.0 `pipeline_parallel/schedules.py`,
+    `forward_backward_pipelining_with_interleaving` with `overlap_p2p_comm`), so each
+    transfer costs only what exceeds one chunk's forward pass; the warm-up's and the
+    flush's stay blocking. With m v at most the warm-up (few micro-batches, e.g. m = p),
+    the whole step is warm-up and nothing overlaps."""
+    return micro_batches * chunks - warmup_chunk_passes(0, pipeline, micro_batches, chunks)
+
+
 def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> StepTime:
     """Seconds of one optimizer step under `layout`."""
     shape: ModelShape = workload.shape
@@ -704,12 +717,15 @@ def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> S
 
     p2p = 0.0
     if p > 1:
-        transfers = 2 * v * (m + p - 1)
-        p2p = (
-            calibration.pipeline_p2p_exposed
-            * transfers
-            * pipeline_transfer_seconds(workload, layout, calibration)
-        )
+        transfer = pipeline_transfer_seconds(workload, layout, calibration)
+        exposed = 2 * v * (m + p - 1) * transfer
+        if workload.pipeline_p2p_overlap and v > 1:
+            exposed -= (
+                2
+                * overlapped_transfers(p, m, v)
+                * min(transfer, slowest_layers / v * layer.forward_seconds)
+            )
+        p2p = calibration.pipeline_p2p_exposed * exposed
     backward_per_micro_batch = split.most * (layer.backward_seconds + recompute)
     data = data_comm_seconds(workload, layout, calibration, backward_per_micro_batch)
     # A cluster's measured / planned ratio scales every part alike (`planner.cluster_fit`).
