@@ -10,6 +10,7 @@ import copy
 import json
 import re
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -840,6 +841,8 @@ def test_megatron_arguments_equal_the_plan() -> None:
         "--micro-batch-size": str(layout.micro_batch_size),
         "--global-batch-size": "64",
         "--use-distributed-optimizer": True,
+        "--overlap-grad-reduce": True,
+        "--overlap-param-gather": True,
         "--recompute-granularity": "selective",
         "--bf16": True,
         "--train-iters": str(result.total_steps),
@@ -884,9 +887,46 @@ def test_megatron_full_recompute_fp16_and_grouped_query_attention() -> None:
     assert flags["--fp16"] is True
     assert "--bf16" not in flags
     assert "--use-distributed-optimizer" not in flags
+    # ZeRO-0: the gradient all-reduce overlaps the backward pass; no sharded weights to gather.
+    assert flags["--overlap-grad-reduce"] is True
+    assert "--overlap-param-gather" not in flags
     assert "--num-layers-per-virtual-pipeline-stage" not in flags
     assert flags["--group-query-attention"] is True
     assert flags["--num-query-groups"] == "8"
+
+
+def _megatron_overlap_flags() -> dict[str, str]:
+    path = Path(__file__).resolve().parents[1] / "data" / "upstream"
+    lines = (path / "megatron-lm-core_v0.19.0-overlap-flags.txt").read_text().splitlines()
+    return {line.split()[0]: line for line in lines if line.startswith("--")}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "zero", "expected"),
+    [
+        (16, 1, {"--overlap-grad-reduce", "--overlap-param-gather"}),
+        (16, 0, {"--overlap-grad-reduce"}),
+        (4, 1, set()),  # TP2 PP2 on 4 GPUs: one data rank, nothing to reduce
+    ],
+)
+def test_megatron_overlaps_the_data_parallel_communication_the_plan_prices(
+    gpus: int, zero: int, expected: set[str]
+) -> None:
+    # Megatron-LM core_v0.19.0 leaves both overlaps off by default; the planner prices the
+    # gradient reduction as partly hidden behind the backward pass, so the launcher turns
+    # them on (the weight gather only with the distributed optimizer, as validate_args
+    # requires), and never turns off the pipeline transfers' overlap (on by default).
+    change = merged(MEGATRON, {"objective": {"gpus": gpus}, "parallelism": {"zeroStage": zero}})
+    args = program_args(objects_for(**change))
+    written = {a for a in args if a.startswith("--") and "overlap" in a and "moe" not in a}
+    assert written == expected
+    upstream = _megatron_overlap_flags()
+    assert written <= set(upstream)
+    assert "store_true, default off" in upstream["--overlap-grad-reduce"]
+    assert "--no-overlap-p2p-communication" in upstream
+    assert "--no-overlap-p2p-communication" not in args
+    if "--overlap-param-gather" in written:
+        assert "--use-distributed-optimizer" in args
 
 
 @pytest.mark.parametrize("dropout", [True, False])

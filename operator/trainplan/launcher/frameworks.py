@@ -14,7 +14,9 @@ flag wins, so they can override them).
   (arguments.py of Megatron-LM core_r0.x): tensor, pipeline and interleaved pipeline
   degrees (with the first and last stages' layer counts when the pipeline degree does not
   divide the layers: `planner.stages`), sequence parallelism, micro and global batch, the
-  distributed optimizer for ZeRO-1, recompute, precision, steps, the model shape and
+  distributed optimizer for ZeRO-1, the data-parallel overlap the plan prices
+  (`--overlap-grad-reduce`, and `--overlap-param-gather` with the distributed optimizer;
+  both off by default in Megatron-LM), recompute, precision, steps, the model shape and
   checkpointing. Megatron-LM's
   distributed optimizer is ZeRO-1; a plan with ZeRO-2 or 3 is rejected.
 - Context parallelism (`layout.context` > 1): Megatron-LM's `--context-parallel-size`,
@@ -237,6 +239,13 @@ def megatron_arguments(
     ]
     if layout.zero_stage == 1:
         args.append("--use-distributed-optimizer")
+    if layout.data * layout.context > 1:
+        # The gradient reduction overlapped with the last micro-batch's backward pass, and
+        # the distributed optimizer's weight gather with the next forward, as the plan
+        # prices them (`planner.steptime.data_comm_seconds`); Megatron-LM leaves both off.
+        args.append("--overlap-grad-reduce")
+        if layout.zero_stage == 1:
+            args.append("--overlap-param-gather")
     if layout.activation_checkpointing == "full":
         args += [
             "--recompute-granularity",
