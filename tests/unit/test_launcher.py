@@ -1058,7 +1058,7 @@ def test_deepspeed_config_map_equals_the_plan() -> None:
         "train_batch_size": 64,
         "train_micro_batch_size_per_gpu": layout.micro_batch_size,
         "gradient_accumulation_steps": layout.gradient_accumulation_steps,
-        "zero_optimization": {"stage": 2},
+        "zero_optimization": {"stage": 2, "overlap_comm": True},
         "bf16": {"enabled": True},
         "activation_checkpointing": {
             "partition_activations": False,
@@ -1070,6 +1070,18 @@ def test_deepspeed_config_map_equals_the_plan() -> None:
         layout.micro_batch_size * layout.data * layout.gradient_accumulation_steps
         == layout.global_batch_size
     )
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_deepspeed_overlaps_the_reduction_wherever_its_zero_optimizer_can(zero: int) -> None:
+    # DeepSpeedZeroConfig.overlap_comm defaults to stage == 3; the plan prices stages 1-2
+    # as overlapped too, so the config turns it on. Stage 0 has no such option.
+    # Without ZeRO, 7B fits in 80 GB only split over two tensor ranks (AutoTP).
+    parallelism = {"zeroStage": zero, "tensor": 2 if zero == 0 else 1}
+    change = merged(DEEPSPEED, {"parallelism": parallelism})
+    config_map = next(obj for obj in objects_for(**change) if obj["kind"] == "ConfigMap")
+    zero_config = json.loads(config_map["data"][DEEPSPEED_CONFIG_FILE])["zero_optimization"]
+    assert zero_config == ({"stage": 0} if zero == 0 else {"stage": zero, "overlap_comm": True})
 
 
 def test_deepspeed_config_is_mounted_and_named_after_the_users_args() -> None:

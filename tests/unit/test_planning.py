@@ -632,6 +632,10 @@ def test_only_megatron_plans_overlapped_pipeline_transfers(
     # --no-overlap-p2p-communication, store_false) and the launcher leaves it on.
     spec = spec_of(job={"framework": framework})
     assert resolve(spec, catalog).workload.pipeline_p2p_overlap is overlaps
+    # DeepSpeed alone reduces gradients after the backward pass without ZeRO or with a
+    # pipeline; the others overlap the reduction in every layout.
+    expected = "sharded-without-pipeline" if framework == "deepspeed" else "always"
+    assert resolve(spec, catalog).workload.reduction_overlap == expected
 
 
 def test_a_zero_pin_the_framework_cannot_run_names_those_that_can(catalog: Catalog) -> None:

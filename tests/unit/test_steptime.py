@@ -208,6 +208,32 @@ def test_no_transfer_hides_without_a_steady_interleaved_phase(
     assert _p2p(overlapping, lay, calibration) == _p2p(blocking, lay, calibration) > 0
 
 
+@pytest.mark.parametrize(
+    ("lay", "hidden"),
+    [
+        # ZeRO-1/2 without a pipeline: DeepSpeed's ZeRO optimizer overlaps (overlap_comm).
+        (layout(1, 1, 8, zero=1, accumulation=4), True),
+        (layout(1, 1, 8, zero=2, accumulation=4), True),
+        # Without ZeRO its engine all-reduces after the backward pass.
+        (layout(1, 1, 8, zero=0, accumulation=4), False),
+        # Its pipeline engine reduces after the flush (ReduceGrads after the last backward).
+        (layout(1, 2, 8, zero=1, accumulation=4), False),
+    ],
+    ids=lambda value: value.describe() if isinstance(value, Layout) else str(value),
+)
+def test_deepspeed_hides_the_gradient_reduction_only_in_its_zero_optimizer_without_a_pipeline(
+    a100: GPUSpec, calibration: Calibration, lay: Layout, hidden: bool
+) -> None:
+    always = workload(a100)
+    deepspeed = replace(always, reduction_overlap="sharded-without-pipeline")
+    overlapped = step_time(always, lay, calibration).data_comm_seconds
+    priced = step_time(deepspeed, lay, calibration).data_comm_seconds
+    if hidden:
+        assert priced == overlapped
+    else:
+        assert priced > overlapped > 0
+
+
 def test_no_bubble_and_no_p2p_without_pipeline(a100: GPUSpec, calibration: Calibration) -> None:
     step = step_time(workload(a100), layout(2, 1, 4, sp=True), calibration)
     assert step.pipeline_bubble_seconds == 0.0

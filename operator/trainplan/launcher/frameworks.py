@@ -479,6 +479,10 @@ def deepspeed_config(plan: Plan, precision: str, layers: int) -> dict[str, Any]:
         "gradient_accumulation_steps": layout.gradient_accumulation_steps,
         "zero_optimization": {"stage": layout.zero_stage},
     }
+    if layout.zero_stage >= 1:
+        # The gradient reduction overlapped with the backward pass, as the plan prices it
+        # (DeepSpeed turns it on by itself only for stage 3).
+        config["zero_optimization"]["overlap_comm"] = True
     if precision in ("bf16", "fp8"):
         config["bf16"] = {"enabled": True}
     elif precision == "fp16":

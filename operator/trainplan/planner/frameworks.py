@@ -35,12 +35,20 @@
   interleaving; core_v0.19.0 `training/arguments.py`), while its warm-up and flush keep
   blocking ones (`overlap_p2p_comm_warmup_flush` defaults to off). The other frameworks'
   transfers are priced as blocking.
+- The data-parallel gradient reduction overlaps the backward pass under Megatron-LM (the
+  launcher writes `--overlap-grad-reduce`), torchtitan (DDP and FSDP2) and the reference
+  trainer (DDP, FSDP). DeepSpeed overlaps it only in its ZeRO optimizer without a pipeline
+  (the launcher writes `overlap_comm`, which DeepSpeed turns on by itself only for stage
+  3, `DeepSpeedZeroConfig.overlap_comm_valid`): without ZeRO its engine all-reduces after
+  the backward pass, and its pipeline engine reduces after the flush (`ReduceGrads` after
+  the last backward pass, `deepspeed/runtime/pipe/schedule.py` `TrainSchedule`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainplan.planner.layout import ReductionOverlap
 from trainplan.planner.shapes import ModelShape
 
 
@@ -69,6 +77,8 @@ class FrameworkLimits:
     an interleaved one)."""
     pipeline_p2p_overlap: bool = False
     """The interleaved schedule's steady-state sends and receives overlap compute."""
+    reduction_overlap: ReductionOverlap = "always"
+    """Where the data-parallel gradient reduction overlaps the backward pass."""
 
     def allows(self, zero_stage: int, pipeline: int, experts: bool = False) -> bool:
         """Whether ZeRO `zero_stage` runs with `pipeline` stages (and MoE layers)."""
@@ -107,6 +117,7 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
     "deepspeed": FrameworkLimits(
         (0, 1, 2, 3),
         1,
+        reduction_overlap="sharded-without-pipeline",
         uneven_pipeline=False,
         context_parallel=False,
         expert_parallel=False,

@@ -18,6 +18,9 @@ Checkpointing = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 Optimizer = Literal["adamw", "sgd"]
 AttentionKernel = Literal["flash", "standard"]
+ReductionOverlap = Literal["always", "sharded-without-pipeline"]
+"""When the framework overlaps the data-parallel gradient reduction with the backward
+pass: in every layout, or only with ZeRO 1-3 and no pipeline (DeepSpeed)."""
 
 CHECKPOINTING_LEVELS: tuple[Checkpointing, ...] = ("none", "selective", "full")
 RECOMPUTE_WORDS: dict[Checkpointing, str] = {
@@ -124,6 +127,9 @@ class Workload:
     """The framework overlaps the interleaved pipeline's steady-state point-to-point
     transfers with compute (Megatron-LM's default `overlap_p2p_comm`); its warm-up and
     flush transfers stay blocking."""
+    reduction_overlap: ReductionOverlap = "always"
+    """Where the gradient reduction (ZeRO 0-2) can hide behind the backward pass
+    (`planner.frameworks`); elsewhere it follows the backward pass, exposed."""
 
     @property
     def nvlink_domain_gpus(self) -> int:

@@ -403,6 +403,7 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
         expert_capacity_factor=spec.training.expert_capacity_factor,
         expert_comm_overlap=FRAMEWORK_LIMITS[spec.job.framework].expert_comm_overlap,
         pipeline_p2p_overlap=FRAMEWORK_LIMITS[spec.job.framework].pipeline_p2p_overlap,
+        reduction_overlap=FRAMEWORK_LIMITS[spec.job.framework].reduction_overlap,
     )
     par = spec.parallelism
     pins = LayoutPins(

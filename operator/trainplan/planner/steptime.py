@@ -583,7 +583,9 @@ def data_comm_seconds(
     and reduce-scatters its gradients, for every micro-batch: one collective per layer
     and pass (FSDP's per-layer units, Zhao et al. 2023, arXiv 2304.11277, section 3), so
     its volume per GPU does not shrink with the batch per GPU and its latency grows with
-    the layers and the ring's length.
+    the layers and the ring's length. Stages 0-2 hide part of the reduction behind the last
+    micro-batch's backward pass where the framework overlaps it (`Workload.reduction_overlap`),
+    none where it reduces after the backward pass.
     """
     d = layout.replicas
     if d == 1:
@@ -607,6 +609,10 @@ def data_comm_seconds(
     if layout.zero_stage >= 3:
         hidden = calibration.zero3_overlap * 3.0 * backward_seconds_per_micro_batch / 2.0
         return max(0.0, seconds - layout.accumulation_steps * hidden)
+    if workload.reduction_overlap == "sharded-without-pipeline" and (
+        layout.zero_stage == 0 or layout.pipeline > 1
+    ):
+        return seconds
     hidden = calibration.data_parallel_overlap * backward_seconds_per_micro_batch
     return max(seconds * (1 - calibration.data_parallel_overlap), seconds - hidden)
 
