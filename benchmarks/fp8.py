@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Final, cast
 
 from trainplan.planner import Catalog, load_catalog
+from trainplan.planner.frameworks import ANY_FRAMEWORK, FRAMEWORK_LIMITS
 from trainplan.planner.layout import Checkpointing, Layout, Precision, Workload
 from trainplan.planner.steptime import step_time
 
@@ -101,6 +102,8 @@ def _seconds(catalog: Catalog, record: dict[str, str]) -> float:
         gpus_per_node=8,
         global_batch_size=global_batch,
         precision=cast(Precision, record["precision"]),
+        # Every torchtitan row states torchtitan's per-op selective recomputation.
+        selective_recompute=FRAMEWORK_LIMITS.get(framework, ANY_FRAMEWORK).selective_recompute,
     )
     return step_time(workload, layout, catalog.calibration).step_seconds
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from trainplan.planner.catalog import Catalog
-from trainplan.planner.layout import AttentionKernel, Checkpointing, Workload
+from trainplan.planner.layout import AttentionKernel, Checkpointing, SelectiveRecompute, Workload
 from trainplan.planner.search import LayoutPins
 from trainplan.planner.shapes import ModelShape
 
@@ -185,6 +185,7 @@ def benchmark_rows(catalog: Catalog) -> Iterator[BenchmarkRow]:
             gpus_per_node=8,
             global_batch_size=batch,
             attention=_attention_for(row["source"]),
+            selective_recompute=_selective_recompute(row["notes"]),
         )
         pins = _pins(row)
         if row["measured_step_seconds"].strip():
@@ -194,6 +195,12 @@ def benchmark_rows(catalog: Catalog) -> Iterator[BenchmarkRow]:
             measured = batch * seq / tokens_per_second
         mfu = float(row["measured_mfu"]) if row["measured_mfu"].strip() else None
         yield BenchmarkRow(row["id"], row["source"], workload, gpus, pins, measured, mfu)
+
+
+def _selective_recompute(notes: str) -> SelectiveRecompute:
+    """torchtitan's per-op policy where the row's notes say it ran it, else the attention
+    core (Megatron-LM's)."""
+    return "every-other-matmul" if "per-op" in notes else "attention"
 
 
 def _checkpointing(text: str) -> Checkpointing | None:

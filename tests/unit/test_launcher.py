@@ -1195,6 +1195,10 @@ def test_render_is_deterministic(framework: str, launcher: str, catalog: Catalog
             "model": {"preset": "pythia-410m"},
             "job": {"framework": "torchtitan"},
         },
+        {
+            "parallelism": {"tensor": 2, "zeroStage": 3, "activationCheckpointing": "selective"},
+            "job": {"framework": "torchtitan"},
+        },
     ],
 )
 def test_torchtitan_parses_the_flags_into_the_plan(change: dict[str, Any]) -> None:
@@ -1214,6 +1218,9 @@ def test_torchtitan_parses_the_flags_into_the_plan(change: dict[str, Any]) -> No
     assert config.training.steps == result.total_steps
     assert config.training.mixed_precision_param == "bfloat16"
     assert config.activation_checkpoint.mode == layout.activation_checkpointing
+    if layout.activation_checkpointing == "selective":
+        # The per-op policy the plan prices; v0.2.2's default "2" is every second layer.
+        assert config.activation_checkpoint.selective_ac_option == "op"
     assert config.checkpoint.enable is True
     assert config.checkpoint.folder == "/checkpoints"
     assert config.checkpoint.interval == result.reliability.checkpoint_interval_steps

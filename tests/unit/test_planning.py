@@ -636,6 +636,10 @@ def test_only_megatron_plans_overlapped_pipeline_transfers(
     # pipeline; the others overlap the reduction in every layout.
     expected = "sharded-without-pipeline" if framework == "deepspeed" else "always"
     assert resolve(spec, catalog).workload.reduction_overlap == expected
+    # torchtitan's selective recomputation is its per-op policy; the others recompute the
+    # attention core.
+    selective = "every-other-matmul" if framework == "torchtitan" else "attention"
+    assert resolve(spec, catalog).workload.selective_recompute == selective
 
 
 def test_a_zero_pin_the_framework_cannot_run_names_those_that_can(catalog: Catalog) -> None:

@@ -15,6 +15,7 @@ from trainplan.planner.steptime import (
     collective_bandwidth_bytes_per_second,
     communicator,
     data_comm_seconds,
+    gemm_seconds,
     layer_pass_seconds,
     logits_pass_seconds,
     overlapped_transfers,
@@ -22,6 +23,7 @@ from trainplan.planner.steptime import (
     step_time,
     tensor_comm_seconds_per_layer_pass,
 )
+from trainplan.planner.steptime import _device as steptime_device
 
 
 def shape(layers: int = 32, hidden: int = 4096, heads: int = 32) -> ModelShape:
@@ -232,6 +234,55 @@ def test_deepspeed_hides_the_gradient_reduction_only_in_its_zero_optimizer_witho
         assert priced == overlapped
     else:
         assert priced > overlapped > 0
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_torchtitan_selective_recomputes_every_other_matrix_and_the_elementwise_ops(
+    a100: GPUSpec, catalog: Catalog, calibration: Calibration, gated: bool
+) -> None:
+    # torchtitan's per-op policy counts a layer's mm calls (wq, wk, wv, wo, then the MLP's)
+    # and recomputes the even ones: wk, wo and w3 (gated) or the down projection, plus
+    # every elementwise op; Megatron-LM's recomputes the attention core.
+    megatron = replace(workload(a100), shape=replace(shape(), kv_heads=8, gated_mlp=gated))
+    titan = replace(megatron, selective_recompute="every-other-matmul")
+    lay = layout(2, 1, 4, accumulation=2, sp=True, checkpointing="selective")
+    layer = layer_pass_seconds(titan, lay, calibration)
+    s = titan.shape
+    tokens = lay.micro_batch_size * s.sequence_length  # each rank's matrices take them all
+    device = steptime_device(titan, calibration)
+    f, h = s.ffn_hidden_size, s.hidden_size
+    mlp = (f / 2, h) if gated else (h, f / 2)  # w3, or the down projection
+    expected = (
+        gemm_seconds(device, tokens, s.kv_heads * s.head_dim / 2, s.hidden_size, 2)
+        + gemm_seconds(device, tokens, s.hidden_size, s.attention_width / 2, 2)
+        + gemm_seconds(device, tokens, mlp[0], mlp[1], 2)
+    )
+    assert layer.per_op_matrix_recompute_seconds == pytest.approx(expected)
+    assert layer.per_op_recompute_seconds == pytest.approx(
+        expected + layer.elementwise_forward_seconds
+    )
+    assert 0 < layer.per_op_matrix_recompute_seconds < layer.matrix_forward_seconds
+    none = replace(lay, checkpointing="none")
+    full = replace(lay, checkpointing="full")
+    steps = {
+        name: step_time(work, chosen, calibration).compute_seconds
+        for name, work, chosen in (
+            ("none", titan, none),
+            ("megatron", megatron, lay),
+            ("titan", titan, lay),
+            ("full", titan, full),
+        )
+    }
+    assert steps["none"] < steps["megatron"] < steps["titan"] < steps["full"]
+    recompute = steps["titan"] - steps["none"]
+    assert recompute == pytest.approx(
+        s.layers * lay.accumulation_steps * layer.per_op_recompute_seconds
+    )
+    # Under fp8 the linear layers run aten._scaled_mm, which the policy's save list does
+    # not hold: every matrix multiply runs again.
+    hopper = replace(titan, precision="fp8", gpu=catalog.gpu("H100-SXM5-80GB"))
+    fp8 = layer_pass_seconds(hopper, lay, calibration)
+    assert fp8.per_op_matrix_recompute_seconds == fp8.matrix_forward_seconds
 
 
 def test_no_bubble_and_no_p2p_without_pipeline(a100: GPUSpec, calibration: Calibration) -> None:

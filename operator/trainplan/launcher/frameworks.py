@@ -39,7 +39,8 @@ flag wins, so they can override them).
 - `torchtitan`: `python -m torchtitan.train` with `JobConfig` overrides as named in
   torchtitan v0.2.2 (torchtitan/config/job_config.py at that tag, February 2026; the
   model chunks of a pipeline as `module_fqns_per_model_part`): `--parallelism.*`,
-  `--training.*`, `--activation_checkpoint.mode`, `--checkpoint.*`. The model itself is
+  `--training.*`, `--activation_checkpoint.mode` (with `selective_ac_option op`, the
+  per-op policy the plan prices, for selective), `--checkpoint.*`. The model itself is
   chosen by torchtitan's `--model.name` / `--model.flavor` or a `--job.config_file`, which
   the user passes in `job.args`. Earlier releases named some of these differently
   (v0.1.0: `checkpoint.enable_checkpoint`, `pipeline_parallel_split_points`, no expert
@@ -430,8 +431,13 @@ def torchtitan_arguments(
     ]
     if precision == "fp8":
         args += _flag("--model.converters", "float8")
+    args += _flag("--activation_checkpoint.mode", layout.activation_checkpointing)
+    if layout.activation_checkpointing == "selective":
+        # The per-op policy the plan prices (`planner.steptime.alternate_matrices`), as
+        # torchtitan's own train configs choose; v0.2.2's default "2" would recompute
+        # every second layer in full.
+        args += _flag("--activation_checkpoint.selective_ac_option", "op")
     args += [
-        *_flag("--activation_checkpoint.mode", layout.activation_checkpointing),
         "--checkpoint.enable",
         *_flag("--checkpoint.folder", checkpoint_dir),
         *_flag("--checkpoint.interval", plan.reliability.checkpoint_interval_steps),

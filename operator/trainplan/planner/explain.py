@@ -83,7 +83,12 @@ def describe_layout(layout: Layout, workload: Workload) -> str:
     }[layout.zero_stage]
     recompute = {
         "none": "no activation recomputation",
-        "selective": "selective recomputation of attention",
+        "selective": (
+            "selective recomputation of every other matrix multiply and the elementwise"
+            " ops (torchtitan's per-op policy)"
+            if workload.selective_recompute == "every-other-matmul"
+            else "selective recomputation of attention"
+        ),
         "full": "full activation recomputation",
     }[layout.checkpointing]
     return ", ".join(parts) + f"; {zero}; {recompute}"

@@ -42,13 +42,20 @@
   3, `DeepSpeedZeroConfig.overlap_comm_valid`): without ZeRO its engine all-reduces after
   the backward pass, and its pipeline engine reduces after the flush (`ReduceGrads` after
   the last backward pass, `deepspeed/runtime/pipe/schedule.py` `TrainSchedule`).
+- Selective recomputation: Megatron-LM's (and the reference trainer's) recomputes the
+  attention core (Korthikanti et al. 2022); torchtitan's, with the per-op policy the
+  launcher selects (`--activation_checkpoint.selective_ac_option op`, as torchtitan's own
+  train configs do; v0.2.2 otherwise defaults to every second layer in full), saves the
+  attention kernel's output and every other matrix multiply's output and recomputes the
+  other matrix multiplies and every elementwise op (`torchtitan/distributed/
+  activation_checkpoint.py`, `_apply_op_sac`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainplan.planner.layout import ReductionOverlap
+from trainplan.planner.layout import ReductionOverlap, SelectiveRecompute
 from trainplan.planner.shapes import ModelShape
 
 
@@ -79,6 +86,8 @@ class FrameworkLimits:
     """The interleaved schedule's steady-state sends and receives overlap compute."""
     reduction_overlap: ReductionOverlap = "always"
     """Where the data-parallel gradient reduction overlaps the backward pass."""
+    selective_recompute: SelectiveRecompute = "attention"
+    """What its selective activation recomputation redoes."""
 
     def allows(self, zero_stage: int, pipeline: int, experts: bool = False) -> bool:
         """Whether ZeRO `zero_stage` runs with `pipeline` stages (and MoE layers)."""
@@ -123,6 +132,6 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         expert_parallel=False,
         max_zero_stage_with_experts=2,
     ),
-    "torchtitan": FrameworkLimits((0, 1, 2, 3), 2),
+    "torchtitan": FrameworkLimits((0, 1, 2, 3), 2, selective_recompute="every-other-matmul"),
 }
 ANY_FRAMEWORK = FrameworkLimits((0, 1, 2, 3), 2)

@@ -18,6 +18,10 @@ Checkpointing = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 Optimizer = Literal["adamw", "sgd"]
 AttentionKernel = Literal["flash", "standard"]
+SelectiveRecompute = Literal["attention", "every-other-matmul"]
+"""What selective recomputation redoes: the attention core (and the norms and activations
+of `recompute_modules`; Megatron-LM, Korthikanti et al. 2022), or every other matrix
+multiply and every elementwise op of the layer (torchtitan's per-op policy)."""
 ReductionOverlap = Literal["always", "sharded-without-pipeline"]
 """When the framework overlaps the data-parallel gradient reduction with the backward
 pass: in every layout, or only with ZeRO 1-3 and no pipeline (DeepSpeed)."""
@@ -130,6 +134,8 @@ class Workload:
     reduction_overlap: ReductionOverlap = "always"
     """Where the gradient reduction (ZeRO 0-2) can hide behind the backward pass
     (`planner.frameworks`); elsewhere it follows the backward pass, exposed."""
+    selective_recompute: SelectiveRecompute = "attention"
+    """What the framework's selective recomputation redoes (`planner.frameworks`)."""
 
     @property
     def nvlink_domain_gpus(self) -> int:

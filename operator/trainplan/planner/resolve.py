@@ -404,6 +404,7 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
         expert_comm_overlap=FRAMEWORK_LIMITS[spec.job.framework].expert_comm_overlap,
         pipeline_p2p_overlap=FRAMEWORK_LIMITS[spec.job.framework].pipeline_p2p_overlap,
         reduction_overlap=FRAMEWORK_LIMITS[spec.job.framework].reduction_overlap,
+        selective_recompute=FRAMEWORK_LIMITS[spec.job.framework].selective_recompute,
     )
     par = spec.parallelism
     pins = LayoutPins(

@@ -141,6 +141,21 @@ class LayerPassSeconds:
     """The layer's matrix multiplies, forward (adapters and dequantization not included)."""
     elementwise_forward_seconds: float = 0.0
     """Its memory-bound elementwise kernels, forward, with the per-layer launch overhead."""
+    per_op_matrix_recompute_seconds: float = 0.0
+    """The matrix multiplies torchtitan's per-op selective recomputation redoes, forward
+    (`per_op_recomputed_matrices`)."""
+
+    @property
+    def selective_recompute_seconds(self) -> float:
+        """Megatron-LM's selective recomputation: the attention core and the modules."""
+        return self.attention_forward_seconds + self.module_recompute_seconds
+
+    @property
+    def per_op_recompute_seconds(self) -> float:
+        """torchtitan's per-op selective recomputation: its matrix multiplies (every other
+        one; all under fp8) and every elementwise op; the attention kernel's output is
+        saved."""
+        return self.per_op_matrix_recompute_seconds + self.elementwise_forward_seconds
 
 
 def layer_pass_seconds(
@@ -226,7 +241,39 @@ def layer_pass_seconds(
         module_recompute_seconds=_module_recompute_seconds(workload, layout, device, tokens),
         matrix_forward_seconds=gemms,
         elementwise_forward_seconds=elementwise + device.kernel_overhead_seconds,
+        per_op_matrix_recompute_seconds=per_op_recomputed_matrices(workload, layout, device, gemms),
     )
+
+
+def per_op_recomputed_matrices(
+    workload: Workload, layout: Layout, device: _Device, gemms_seconds: float
+) -> float:
+    """Forward seconds of the matrix multiplies of one layer that torchtitan's per-op
+    policy recomputes (torchtitan v0.2.2 `distributed/activation_checkpoint.py`,
+    `_apply_op_sac`, with `models/llama3/infra/parallelize.py`'s `_op_sac_save_list`).
+    It counts the layer's `aten.mm` calls and saves the odd ones' outputs, so the even
+    ones run again: its Llama layer runs wq, wk, wv, wo, then w1, w3, w2 (gated) or the
+    two MLP matrices, so wk, wo and w3 (or the second MLP matrix) run again. Models whose
+    layer runs other matrices (experts, latent attention) are priced at half their matrix
+    multiplies. Under fp8 the linear layers run `aten._scaled_mm`, which the save list does
+    not hold, so all of them run again."""
+    if workload.precision == "fp8":
+        return gemms_seconds
+    shape = workload.shape
+    if shape.experts is not None or shape.latent_attention is not None:
+        return gemms_seconds / 2.0
+    e = activation_element_bytes(workload.precision)
+    t = layout.tensor
+    tokens = local_tokens(layout, shape)
+    h = shape.hidden_size
+    f = shape.ffn_hidden_size
+    key = gemm_seconds(device, tokens, shape.kv_heads * shape.head_dim / t, h, e)
+    output = gemm_seconds(device, tokens, h, shape.attention_width / t, e)
+    if shape.gated_mlp:
+        mlp = gemm_seconds(device, tokens, f / t, h, e)  # w3, the up projection
+    else:
+        mlp = gemm_seconds(device, tokens, h, f / t, e)  # the down projection
+    return key + output + mlp
 
 
 def _module_recompute_seconds(
@@ -695,7 +742,11 @@ def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> S
     if layout.checkpointing == "full":
         recompute = layer.forward_seconds
     elif layout.checkpointing == "selective":
-        recompute = layer.attention_forward_seconds + layer.module_recompute_seconds
+        recompute = (
+            layer.per_op_recompute_seconds
+            if workload.selective_recompute == "every-other-matmul"
+            else layer.selective_recompute_seconds
+        )
     # The slowest stage sets the pace: the last (its layers and the logits) or, with an
     # uneven split (`planner.stages`), possibly a middle one with more layers.
     split = split_of(shape.layers, layout.pipeline)
