@@ -640,6 +640,9 @@ def test_only_megatron_plans_overlapped_pipeline_transfers(
     # attention core.
     selective = "every-other-matmul" if framework == "torchtitan" else "attention"
     assert resolve(spec, catalog).workload.selective_recompute == selective
+    # torchtitan alone synchronises gradients on every micro-batch (without a pipeline).
+    every = framework == "torchtitan"
+    assert resolve(spec, catalog).workload.sync_every_micro_batch is every
 
 
 def test_a_zero_pin_the_framework_cannot_run_names_those_that_can(catalog: Catalog) -> None:

@@ -285,6 +285,27 @@ def test_torchtitan_selective_recomputes_every_other_matrix_and_the_elementwise_
     assert fp8.per_op_matrix_recompute_seconds == fp8.matrix_forward_seconds
 
 
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+@pytest.mark.parametrize("pipeline", [1, 2])
+def test_torchtitan_exchanges_weights_and_gradients_on_every_micro_batch_without_a_pipeline(
+    a100: GPUSpec, calibration: Calibration, zero: int, pipeline: int
+) -> None:
+    # torchtitan v0.2.2's train_step keeps gradient synchronisation on for every
+    # micro-batch; PyTorch's pipeline stage synchronises on the last backward only, and
+    # ZeRO-3 is priced per micro-batch whatever the framework.
+    held = workload(a100)
+    every = replace(held, sync_every_micro_batch=True)
+    accumulation = 4
+    lay = layout(1, pipeline, 8, zero=zero, accumulation=accumulation)
+    once = step_time(held, lay, calibration).data_comm_seconds
+    each = step_time(every, lay, calibration).data_comm_seconds
+    if pipeline == 1 and zero < 3:
+        assert each == pytest.approx(accumulation * once)
+        assert once > 0
+    else:
+        assert each == once
+
+
 def test_no_bubble_and_no_p2p_without_pipeline(a100: GPUSpec, calibration: Calibration) -> None:
     step = step_time(workload(a100), layout(2, 1, 4, sp=True), calibration)
     assert step.pipeline_bubble_seconds == 0.0

@@ -365,7 +365,9 @@ def torchtitan_arguments(
     ZeRO maps onto FSDP2: stage 3 is `data_parallel_shard_degree` = data with the default
     resharding; stages 1 and 2, which torchtitan does not have, become FSDP without
     resharding after forward (`fsdp_reshard_after_forward never`: weights gathered once
-    per step, gradients and optimizer states sharded, no more memory than ZeRO-2); stage 0
+    per micro-batch and kept for its backward, gradients and optimizer states sharded, no
+    more memory than ZeRO-2; the plan prices the exchange on every micro-batch,
+    `planner.frameworks`); stage 0
     is DDP (`data_parallel_replicate_degree` = data) when data parallelism is the only
     one, since torchtitan's DDP does not combine with tensor or pipeline parallelism, and
     FSDP without resharding otherwise. torchtitan always pairs tensor parallelism with

@@ -49,6 +49,13 @@
   attention kernel's output and every other matrix multiply's output and recomputes the
   other matrix multiplies and every elementwise op (`torchtitan/distributed/
   activation_checkpoint.py`, `_apply_op_sac`).
+- Gradient accumulation: torchtitan's training step runs each micro-batch's forward and
+  backward with gradient synchronisation on (v0.2.2 `train.py`, `train_step`), so its DDP
+  all-reduces and its FSDP (ZeRO 1-2 as FSDP without resharding after forward) gathers
+  the weights and reduce-scatters the gradients on every micro-batch; with a pipeline,
+  PyTorch's stage synchronises on the last backward only
+  (`torch.distributed.pipelining.stage`, `backward_maybe_with_nosync`). Megatron-LM and
+  DeepSpeed hold the reduction until the last micro-batch.
 """
 
 from __future__ import annotations
@@ -88,6 +95,8 @@ class FrameworkLimits:
     """Where the data-parallel gradient reduction overlaps the backward pass."""
     selective_recompute: SelectiveRecompute = "attention"
     """What its selective activation recomputation redoes."""
+    sync_every_micro_batch: bool = False
+    """Without a pipeline, ZeRO 0-2 exchange weights and gradients on every micro-batch."""
 
     def allows(self, zero_stage: int, pipeline: int, experts: bool = False) -> bool:
         """Whether ZeRO `zero_stage` runs with `pipeline` stages (and MoE layers)."""
@@ -132,6 +141,8 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         expert_parallel=False,
         max_zero_stage_with_experts=2,
     ),
-    "torchtitan": FrameworkLimits((0, 1, 2, 3), 2, selective_recompute="every-other-matmul"),
+    "torchtitan": FrameworkLimits(
+        (0, 1, 2, 3), 2, selective_recompute="every-other-matmul", sync_every_micro_batch=True
+    ),
 }
 ANY_FRAMEWORK = FrameworkLimits((0, 1, 2, 3), 2)

@@ -136,6 +136,10 @@ class Workload:
     (`planner.frameworks`); elsewhere it follows the backward pass, exposed."""
     selective_recompute: SelectiveRecompute = "attention"
     """What the framework's selective recomputation redoes (`planner.frameworks`)."""
+    sync_every_micro_batch: bool = False
+    """Without a pipeline, the framework gathers the weights and reduces the gradients
+    of ZeRO 0-2 on every micro-batch instead of holding them until the last
+    (`planner.frameworks`)."""
 
     @property
     def nvlink_domain_gpus(self) -> int:

@@ -391,6 +391,7 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
     if network_gbps is not None:
         gpu = gpu.with_node_network(network_gbps, spec.hardware.gpus_per_node)
 
+    framework = FRAMEWORK_LIMITS[spec.job.framework]
     workload = Workload(
         shape=shape,
         gpu=gpu,
@@ -401,10 +402,11 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
         attention=spec.training.attention,
         tuning=fine_tuning(spec),
         expert_capacity_factor=spec.training.expert_capacity_factor,
-        expert_comm_overlap=FRAMEWORK_LIMITS[spec.job.framework].expert_comm_overlap,
-        pipeline_p2p_overlap=FRAMEWORK_LIMITS[spec.job.framework].pipeline_p2p_overlap,
-        reduction_overlap=FRAMEWORK_LIMITS[spec.job.framework].reduction_overlap,
-        selective_recompute=FRAMEWORK_LIMITS[spec.job.framework].selective_recompute,
+        expert_comm_overlap=framework.expert_comm_overlap,
+        pipeline_p2p_overlap=framework.pipeline_p2p_overlap,
+        reduction_overlap=framework.reduction_overlap,
+        selective_recompute=framework.selective_recompute,
+        sync_every_micro_batch=framework.sync_every_micro_batch,
     )
     par = spec.parallelism
     pins = LayoutPins(
@@ -419,7 +421,7 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
         zero_stage=par.zero_stage,
         checkpointing=par.activation_checkpointing,
         sequence_parallel=par.sequence_parallel,
-        framework=FRAMEWORK_LIMITS[spec.job.framework],
+        framework=framework,
     )
     steps, tokens = total_steps(spec, shape)
     reliability = spec.reliability

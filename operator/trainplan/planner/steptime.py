@@ -632,7 +632,8 @@ def data_comm_seconds(
     its volume per GPU does not shrink with the batch per GPU and its latency grows with
     the layers and the ring's length. Stages 0-2 hide part of the reduction behind the last
     micro-batch's backward pass where the framework overlaps it (`Workload.reduction_overlap`),
-    none where it reduces after the backward pass.
+    none where it reduces after the backward pass; a framework that synchronises on every
+    micro-batch (`Workload.sync_every_micro_batch`) pays the exchange on each.
     """
     d = layout.replicas
     if d == 1:
@@ -656,12 +657,17 @@ def data_comm_seconds(
     if layout.zero_stage >= 3:
         hidden = calibration.zero3_overlap * 3.0 * backward_seconds_per_micro_batch / 2.0
         return max(0.0, seconds - layout.accumulation_steps * hidden)
+    # Every micro-batch syncs where the framework does not hold gradients back until the
+    # last one (`Workload.sync_every_micro_batch`): the whole exchange, each time.
+    syncs = (
+        layout.accumulation_steps if workload.sync_every_micro_batch and layout.pipeline == 1 else 1
+    )
     if workload.reduction_overlap == "sharded-without-pipeline" and (
         layout.zero_stage == 0 or layout.pipeline > 1
     ):
-        return seconds
+        return syncs * seconds
     hidden = calibration.data_parallel_overlap * backward_seconds_per_micro_batch
-    return max(seconds * (1 - calibration.data_parallel_overlap), seconds - hidden)
+    return syncs * max(seconds * (1 - calibration.data_parallel_overlap), seconds - hidden)
 
 
 def _reduction_seconds(
