@@ -435,7 +435,7 @@ def torchtitan_arguments(
         args += _flag("--model.converters", "float8")
     args += _flag("--activation_checkpoint.mode", layout.activation_checkpointing)
     if layout.activation_checkpointing == "selective":
-        # The per-op policy the plan prices (`planner.steptime.alternate_matrices`), as
+        # The per-op policy the plan prices (`planner.steptime.per_op_recomputed_matrices`), as
         # torchtitan's own train configs choose; v0.2.2's default "2" would recompute
         # every second layer in full.
         args += _flag("--activation_checkpoint.selective_ac_option", "op")

@@ -143,7 +143,7 @@ class LayerPassSeconds:
     """Its memory-bound elementwise kernels, forward, with the per-layer launch overhead."""
     per_op_matrix_recompute_seconds: float = 0.0
     """The matrix multiplies torchtitan's per-op selective recomputation redoes, forward
-    (`per_op_recomputed_matrices`)."""
+    (`per_op_recomputed_matrices`); 0 where the layout does not run that policy."""
 
     @property
     def selective_recompute_seconds(self) -> float:
@@ -241,7 +241,12 @@ def layer_pass_seconds(
         module_recompute_seconds=_module_recompute_seconds(workload, layout, device, tokens),
         matrix_forward_seconds=gemms,
         elementwise_forward_seconds=elementwise + device.kernel_overhead_seconds,
-        per_op_matrix_recompute_seconds=per_op_recomputed_matrices(workload, layout, device, gemms),
+        per_op_matrix_recompute_seconds=(
+            per_op_recomputed_matrices(workload, layout, device, gemms)
+            if layout.checkpointing == "selective"
+            and workload.selective_recompute == "every-other-matmul"
+            else 0.0
+        ),
     )
 
 
