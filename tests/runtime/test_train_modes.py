@@ -160,6 +160,37 @@ def test_tensor_parallel_matches_one_process(tmp_path: Path) -> None:
     assert row["local_shape"] == [64, 128]
 
 
+def test_zero_stages_accumulate_the_same_gradients(tmp_path: Path) -> None:
+    """Two data-parallel ranks, two micro-batches a step (fp32): ZeRO-1 (one reduce-scatter
+    a step) and ZeRO-2 (one a micro-batch), both keeping the gathered weights across the
+    step's micro-batches, train the same model as DDP with `no_sync`: the same losses."""
+    data = ensure_dataset(tmp_path / "data.bin", DATASET_TOKENS)
+    common = TINY_MODEL + flags(
+        data=data,
+        total_steps=3,
+        micro_batch_size=1,
+        gradient_accumulation_steps=2,
+        precision="fp32",
+    )
+    losses: dict[int, list[float]] = {}
+    for stage in (0, 1, 2):
+        step_log = tmp_path / f"zero{stage}.log"
+        finished = run_torchrun(
+            2,
+            common + flags(zero_stage=stage, step_log=step_log),
+            tmp_path / f"zero{stage}.out",
+        )
+        assert finished.returncode == 0, finished.stdout
+        lines = read_step_log(step_log)
+        assert {(line.micro_batches, line.sequences) for line in lines} == {(2, 4)}
+        losses[stage] = [line.loss for line in lines]
+    assert len(losses[0]) == 3
+    # The first step's loss is the initial model's; later ones follow the updates.
+    assert losses[0][0] != losses[0][2]
+    assert losses[1] == pytest.approx(losses[0], abs=2e-4)
+    assert losses[2] == pytest.approx(losses[0], abs=2e-4)
+
+
 # --- Configuration errors ------------------------------------------------------------------
 
 CONFIG_ERRORS = [

@@ -638,17 +638,62 @@ def data_comm_seconds(
     the layers and the ring's length. Stages 0-2 hide part of the reduction behind the last
     micro-batch's backward pass where the framework overlaps it (`Workload.reduction_overlap`),
     none where it reduces after the backward pass; a framework that synchronises on every
-    micro-batch (`Workload.sync_every_micro_batch`) pays the exchange on each.
+    micro-batch (`Workload.sync_every_micro_batch`) pays the exchange on each. ZeRO-2
+    keeps only its shard of the gradients, so it reduce-scatters them after every
+    micro-batch's backward pass, not once per step: DeepSpeed's stage 1-2 optimizer
+    reduces a micro-batch's gradients when it partitions them or at the accumulation
+    boundary (`reduce_ready_partitions_and_remove_grads`, deepspeed/runtime/zero/
+    stage_1_and_2.py), as the reference trainer's FSDP2 does for stage 2; the updated
+    weights are gathered once per step. A pipeline stage synchronises on its last
+    backward pass only (PyTorch's pipeline schedules; DeepSpeed's pipeline engine runs
+    ZeRO-1 at most), so pipelined stages reduce once.
     """
-    d = layout.replicas
-    if d == 1:
+    if layout.replicas == 1:
         return 0.0
+    seconds = _exchange_seconds(workload, layout, calibration, gradients_only=False)
+    if layout.zero_stage >= 3:
+        hidden = calibration.zero3_overlap * 3.0 * backward_seconds_per_micro_batch / 2.0
+        return max(0.0, seconds - layout.accumulation_steps * hidden)
+
+    def exposed(exchange_seconds: float) -> float:
+        if workload.reduction_overlap == "sharded-without-pipeline" and (
+            layout.zero_stage == 0 or layout.pipeline > 1
+        ):
+            return exchange_seconds
+        hidden = calibration.data_parallel_overlap * backward_seconds_per_micro_batch
+        return max(
+            exchange_seconds * (1 - calibration.data_parallel_overlap),
+            exchange_seconds - hidden,
+        )
+
+    # Every micro-batch syncs where the framework does not hold gradients back until the
+    # last one (`Workload.sync_every_micro_batch`): the whole exchange, each time.
+    if workload.sync_every_micro_batch and layout.pipeline == 1:
+        return layout.accumulation_steps * exposed(seconds)
+    earlier = layout.accumulation_steps - 1
+    if layout.zero_stage == 2 and earlier and layout.pipeline == 1:
+        scatter = _exchange_seconds(workload, layout, calibration, gradients_only=True)
+        return exposed(seconds) + earlier * exposed(scatter)
+    return exposed(seconds)
+
+
+def _exchange_seconds(
+    workload: Workload, layout: Layout, calibration: Calibration, *, gradients_only: bool
+) -> float:
+    """`_reduction_seconds` over the stage's dense weights and its routed experts; with
+    `gradients_only`, the gradients' reduce-scatter without the weights' all-gather."""
     params = stage_parameter_count(workload.shape, layout)
     experts = stage_expert_parameter_count(workload.shape, layout)
     # Routed experts reduce over their expert-data ranks, tensor x expert ranks apart;
     # the other weights over all data x context ranks.
     seconds = _reduction_seconds(
-        workload, layout, calibration, params - experts, ranks=d, spacing=layout.tensor
+        workload,
+        layout,
+        calibration,
+        params - experts,
+        ranks=layout.replicas,
+        spacing=layout.tensor,
+        gradients_only=gradients_only,
     )
     if experts:
         seconds += _reduction_seconds(
@@ -658,21 +703,9 @@ def data_comm_seconds(
             experts,
             ranks=layout.expert_replicas,
             spacing=layout.expert * layout.expert_tensor,
+            gradients_only=gradients_only,
         )
-    if layout.zero_stage >= 3:
-        hidden = calibration.zero3_overlap * 3.0 * backward_seconds_per_micro_batch / 2.0
-        return max(0.0, seconds - layout.accumulation_steps * hidden)
-    # Every micro-batch syncs where the framework does not hold gradients back until the
-    # last one (`Workload.sync_every_micro_batch`): the whole exchange, each time.
-    syncs = (
-        layout.accumulation_steps if workload.sync_every_micro_batch and layout.pipeline == 1 else 1
-    )
-    if workload.reduction_overlap == "sharded-without-pipeline" and (
-        layout.zero_stage == 0 or layout.pipeline > 1
-    ):
-        return syncs * seconds
-    hidden = calibration.data_parallel_overlap * backward_seconds_per_micro_batch
-    return syncs * max(seconds * (1 - calibration.data_parallel_overlap), seconds - hidden)
+    return seconds
 
 
 def _reduction_seconds(
@@ -683,9 +716,11 @@ def _reduction_seconds(
     *,
     ranks: int,
     spacing: int,
+    gradients_only: bool = False,
 ) -> float:
     """Collective seconds of one step (`data_comm_seconds`, before overlap) for `params`
-    of one GPU, reduced over `ranks` ranks that lie `spacing` ranks apart."""
+    of one GPU, reduced over `ranks` ranks that lie `spacing` ranks apart (ZeRO 1-2 with
+    `gradients_only`: the reduce-scatter alone)."""
     if ranks == 1 or params <= 0:
         return 0.0
     state = state_bytes_per_parameter(workload.precision, workload.optimizer)
@@ -707,10 +742,8 @@ def _reduction_seconds(
     buckets = gradient_buckets(layout, trained, calibration)
     per_bucket = trained / buckets
     if layout.zero_stage >= 1:
-        return buckets * (
-            reduce_scatter_seconds(per_bucket * state.gradients, group)
-            + all_gather_seconds(per_bucket * state.weights, group)
-        )
+        gather = 0.0 if gradients_only else all_gather_seconds(per_bucket * state.weights, group)
+        return buckets * (reduce_scatter_seconds(per_bucket * state.gradients, group) + gather)
     return buckets * all_reduce_seconds(per_bucket * state.gradients, group)
 
 

@@ -13,13 +13,14 @@ How the plan maps onto PyTorch (`trainplan.runtime.parallel`):
 - ZeRO 0: DDP over `dp` with `no_sync()` on all but the last micro-batch; with tensor
   parallelism, where DDP cannot take DTensor parameters, the gradients' local shards are
   all-reduced over `dp` after the last micro-batch (DDP's communication, without overlap).
-- ZeRO 1 and 2: FSDP2 `fully_shard(reshard_after_forward=False)` per block and the root:
-  weights gathered once per micro-batch and kept for the backward, gradients and
-  optimizer states sharded. PyTorch has no optimizer-state-only sharding for FSDP2, so
-  stage 1 runs with stage 2's sharding; they differ in gradient accumulation: stage 1
-  reduce-scatters once per step (`set_requires_gradient_sync(False)` on all but the last
-  micro-batch: unsharded gradients accumulate locally, as in ZeRO-1), stage 2 at every
-  micro-batch (gradients stay sharded).
+- ZeRO 1 and 2: FSDP2 `fully_shard(reshard_after_forward=False)` per block and the root,
+  resharded only after the last micro-batch's backward (`set_reshard_after_backward`):
+  weights gathered once per step, gradients and optimizer states sharded. PyTorch has
+  no optimizer-state-only sharding for FSDP2, so stage 1 runs with stage 2's sharding;
+  they differ in gradient accumulation: stage 1 reduce-scatters once per step
+  (`set_requires_gradient_sync(False)` on all but the last micro-batch: unsharded
+  gradients accumulate locally, as in ZeRO-1), stage 2 at every micro-batch (gradients
+  stay sharded).
 - ZeRO 3: FSDP2 `fully_shard` per block and the root with `reshard_after_forward=True`,
   gradients reduced on the last micro-batch only.
 - precision: bf16 is autocast (FSDP2: `MixedPrecisionPolicy(param_dtype=bf16,
@@ -201,7 +202,7 @@ def _train_step(run: _Run, batches: Batches) -> tuple[float, int]:
         inputs, targets = batches.get(BatchPosition(run.step, micro, parallel.data_rank))
         inputs = inputs.to(parallel.device, non_blocking=True)
         targets = targets.to(parallel.device, non_blocking=True)
-        with gradient_sync(config, parallel, run.module, last=micro == accumulation - 1):
+        with gradient_sync(config.layout.zero_stage, run.module, last=micro == accumulation - 1):
             with autocast_context(config, parallel):
                 logits = run.module(inputs)
             loss = loss_function(logits, targets) / accumulation
