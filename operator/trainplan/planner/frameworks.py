@@ -33,8 +33,12 @@
   interleaved schedule's steady 1F1B phase with the chunks' compute (`overlap_p2p_comm`,
   on by default: `--no-overlap-p2p-communication` turns it off, and it is off without
   interleaving; core_v0.19.0 `training/arguments.py`), while its warm-up and flush keep
-  blocking ones (`overlap_p2p_comm_warmup_flush` defaults to off). The other frameworks'
-  transfers are priced as blocking.
+  blocking ones (`overlap_p2p_comm_warmup_flush` defaults to off). torchtitan's
+  interleaved schedule (PyTorch's `ScheduleInterleaved1F1B`) posts receives early and
+  waits only before the pass that consumes them, priced the same way; its warm-up
+  transfers lie on the schedule's dependency chain whatever is posted early. Plain 1F1B
+  (PyTorch's `Schedule1F1B` and Megatron-LM's) and DeepSpeed's pipeline engine block
+  on every transfer.
 - The data-parallel gradient reduction overlaps the backward pass under Megatron-LM (the
   launcher writes `--overlap-grad-reduce`), torchtitan (DDP and FSDP2) and the reference
   trainer (DDP, FSDP). DeepSpeed overlaps it only in its ZeRO optimizer without a pipeline
@@ -90,7 +94,12 @@ class FrameworkLimits:
     """One micro-batch's expert all-to-all overlaps another's compute (with no pipeline or
     an interleaved one)."""
     pipeline_p2p_overlap: bool = False
-    """The interleaved schedule's steady-state sends and receives overlap compute."""
+    """The interleaved schedule's steady-state sends and receives overlap compute:
+    Megatron-LM's `overlap_p2p_comm` (on by default); PyTorch's interleaved schedules,
+    which torchtitan runs, post each receive as early as the schedule allows and wait
+    for it just before the pass that needs it (`_add_send_recv` and
+    `_PipelineScheduleRuntime` in torch/distributed/pipelining/schedules.py), while
+    its plain 1F1B blocks on every transfer (`Schedule1F1B`)."""
     reduction_overlap: ReductionOverlap = "always"
     """Where the data-parallel gradient reduction overlaps the backward pass."""
     selective_recompute: SelectiveRecompute = "attention"
@@ -142,7 +151,11 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         max_zero_stage_with_experts=2,
     ),
     "torchtitan": FrameworkLimits(
-        (0, 1, 2, 3), 2, selective_recompute="every-other-matmul", sync_every_micro_batch=True
+        (0, 1, 2, 3),
+        2,
+        pipeline_p2p_overlap=True,
+        selective_recompute="every-other-matmul",
+        sync_every_micro_batch=True,
     ),
 }
 ANY_FRAMEWORK = FrameworkLimits((0, 1, 2, 3), 2)
