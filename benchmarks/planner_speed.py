@@ -19,6 +19,9 @@ from typing import Any
 from trainplan.api import TrainingPlanSpec
 from trainplan.planner import Catalog, PlanInputError, load_catalog, plan
 
+OWN_PROGRAM: dict[str, Any] = {"command": ["python", "train.py"]}
+"""`job` of a program of the user's own under the reference framework: ZeRO 0-3 with
+pipelines, the widest search (the reference trainer itself runs no pipeline)."""
 GOAL_SECONDS = 1.0
 WIDEST_GOAL_SECONDS = 5.0
 REPEATS = 5
@@ -33,6 +36,7 @@ def _spec(**objective: Any) -> TrainingPlanSpec:
             "hardware": {"gpuType": "A100-SXM4-80GB"},
             "objective": objective,
             "reliability": {"checkpointSeconds": 600},
+            "job": OWN_PROGRAM,
         }
     )
 
@@ -53,12 +57,14 @@ WIDEST = {
         "data": {"tokens": 1e12},
         "batch": {"globalBatchSize": 14_414_400},
         "objective": {"maxGPUs": 1_000_000},
+        "job": OWN_PROGRAM,
     },
     "70B, batch 14,414,400, deadline 1h, maxGPUs 1,000,000": {
         "model": {"preset": "llama2-70b"},
         "data": {"tokens": 1e12},
         "batch": {"globalBatchSize": 14_414_400},
         "objective": {"deadline": "1h", "maxGPUs": 1_000_000},
+        "job": OWN_PROGRAM,
     },
     "100,000 layers x 16,384 wide, batch 14,414,400, maxGPUs 1,000,000": {
         "model": {
@@ -71,6 +77,7 @@ WIDEST = {
         "data": {"tokens": 1e16},
         "batch": {"globalBatchSize": 14_414_400},
         "objective": {"maxGPUs": 1_000_000},
+        "job": OWN_PROGRAM,
     },
     "70B at 131,072 tokens (context parallelism searched), maxGPUs 1,000,000": {
         "model": {"preset": "llama3-70b", "sequenceLength": 131_072},

@@ -383,7 +383,8 @@ def test_environment_values_equal_the_plan(catalog: Catalog) -> None:
     change: dict[str, Any] = {
         "parallelism": {"tensor": 2, "pipeline": 2, "virtualPipelineStages": 2},
         "reliability": {"checkpointIntervalSteps": 25},
-        "job": {"metricsPort": 9100},
+        # A program of the user's own: the reference trainer runs no pipeline.
+        "job": {"metricsPort": 9100, "command": ["python", "train.py"]},
     }
     spec, result = planned(**change)
     values = env_of(objects_for(**change))

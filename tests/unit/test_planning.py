@@ -19,11 +19,13 @@ from trainplan.api import (
     format_duration,
     parse_duration_seconds,
 )
+from trainplan.launcher.render import PlanRef, environment
 from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
 from trainplan.planner.planning import DEFAULT_GPU_CEILING
 from trainplan.planner.resolve import resolve, resolve_shape
 from trainplan.planner.search import candidate_gpu_counts
 from trainplan.planner.shapes import parameter_count
+from trainplan.runtime.config import load_config
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
@@ -38,6 +40,10 @@ SMALL: dict[str, Any] = {
     "objective": {"gpus": 8},
 }
 """Llama 2 7B on a few A100-80GB nodes: quick to plan and feasible."""
+
+OWN_PROGRAM: dict[str, Any] = {"command": ["python", "train.py"]}
+"""`job` for a program of the user's own under the reference framework (it reads the
+`TRAINPLAN_` environment): what the framework allows, pipelines included."""
 
 
 _EXAMPLE_PLANS: dict[str, Plan] = {}
@@ -250,6 +256,7 @@ def test_gpu_ceiling_with_a_fully_pinned_smaller_layout(catalog: Catalog) -> Non
         batch={"globalBatchSize": 1024},
         parallelism={"tensor": 8, "pipeline": 4, "data": 8},
         objective={"maxGPUs": 1024},
+        job=OWN_PROGRAM,
     )
     under_tight_cap = plan(with_objective(spec, maxGPUs=300), catalog)
     assert under_tight_cap.gpus == 256
@@ -302,7 +309,9 @@ _PIN_FIELDS = {
 def test_every_pin_is_respected(
     pins: dict[str, Any], batch: dict[str, Any], objective: dict[str, Any], catalog: Catalog
 ) -> None:
-    result = plan(spec_of(parallelism=pins, batch=batch, objective=objective), catalog)
+    # A program of the user's own: the reference trainer runs no pipeline.
+    spec = spec_of(parallelism=pins, batch=batch, objective=objective, job=OWN_PROGRAM)
+    result = plan(spec, catalog)
 
     for key, value in pins.items():
         assert getattr(result.layout, _PIN_FIELDS[key]) == value, key
@@ -693,3 +702,63 @@ def test_a_deadline_shorter_than_one_step_names_the_batch(
     assert "batch.globalBatchSize" in reason
     assert "deadline of 0s" not in reason
     assert f"deadline of {format_duration(parse_duration_seconds(deadline))}." in reason
+
+
+WIDE_70B: dict[str, Any] = {
+    "model": {"preset": "llama2-70b"},
+    "data": {"tokens": 2.0e12},
+    "batch": {"globalBatchSize": 1024},
+    "hardware": {"gpuType": "A100-SXM4-80GB", "gpusPerNode": 8},
+    "objective": {"gpus": 2048},
+}
+"""Llama 2 70B on 2,048 GPUs, where Megatron-LM's best layouts are pipelined."""
+
+
+def _chosen_layouts(result: Plan) -> list[Any]:
+    return [result.layout, *(alternative.layout for alternative in result.alternatives)]
+
+
+def test_the_reference_trainer_is_planned_without_a_pipeline(catalog: Catalog) -> None:
+    megatron_spec = {**WIDE_70B, "job": {"framework": "megatron"}}
+    megatron = plan(TrainingPlanSpec.model_validate(megatron_spec), catalog)
+    assert megatron.layout.pipeline > 1
+    default = plan(TrainingPlanSpec.model_validate(WIDE_70B), catalog)
+    assert {layout.pipeline for layout in _chosen_layouts(default)} == {1}
+    assert {layout.virtual_pipeline_stages for layout in _chosen_layouts(default)} == {1}
+    # The reference trainer itself accepts what the plan hands it (its exit-3 checks,
+    # `trainplan.runtime.config`, run on the rendered environment).
+    ref = PlanRef(name="wide", namespace="default")
+    shape, _ = resolve_shape(TrainingPlanSpec.model_validate(WIDE_70B), catalog)
+    variables = environment(ref, TrainingPlanSpec.model_validate(WIDE_70B), default, shape)
+    environ = {item["name"]: item["value"] for item in variables if "value" in item}
+    environ["WORLD_SIZE"] = str(default.gpus)
+    config = load_config([], environ)
+    assert config.layout.pipeline_parallel == 1
+    # A program of the user's own under the reference framework reads the same
+    # environment and may pipeline: the search offers pipelines again.
+    own = {**WIDE_70B, "job": OWN_PROGRAM}
+    mine = plan(TrainingPlanSpec.model_validate(own), catalog)
+    assert any(layout.pipeline > 1 for layout in _chosen_layouts(mine))
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "path"),
+    [
+        ("parallelism", {"pipeline": 2}, "parallelism.pipeline"),
+        ("training", {"precision": "fp8"}, "training.precision"),
+    ],
+)
+def test_what_the_reference_trainer_refuses_is_refused_when_planned(
+    catalog: Catalog, section: str, value: dict[str, Any], path: str
+) -> None:
+    document = {**SMALL, "hardware": {"gpuType": "H100-SXM5-80GB", "gpusPerNode": 8}}
+    with pytest.raises(PlanInputError) as raised:
+        plan(TrainingPlanSpec.model_validate({**document, section: value}), catalog)
+    ((where, message),) = raised.value.problems
+    assert where == path
+    assert "reference trainer" in message
+    assert "megatron" in message
+    assert "torchtitan" in message
+    # Megatron-LM runs both, and so may the user's own program.
+    for job in ({"framework": "megatron"}, OWN_PROGRAM):
+        plan(TrainingPlanSpec.model_validate({**document, section: value, "job": job}), catalog)

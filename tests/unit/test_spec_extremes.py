@@ -107,18 +107,21 @@ def _outcome(document: dict[str, Any], catalog: Catalog) -> str:
 
 
 WIDE_SEARCHES: dict[str, dict[str, Any]] = {
-    # A batch of 14,414,400 sequences (1,152 divisors) under a million-GPU ceiling.
+    # A batch of 14,414,400 sequences (1,152 divisors) under a million-GPU ceiling, for a
+    # framework that pipelines (the widest search).
     "ceiling": {
         "model": {"preset": "llama2-70b"},
         "data": {"tokens": 1e12},
         "batch": {"globalBatchSize": 14_414_400},
         "objective": {"maxGPUs": 1_000_000},
+        "job": {"framework": "megatron"},
     },
     "deadline": {
         "model": {"preset": "llama2-70b"},
         "data": {"tokens": 1e12},
         "batch": {"globalBatchSize": 14_414_400},
         "objective": {"deadline": "1h", "maxGPUs": 1_000_000},
+        "job": {"framework": "megatron"},
     },
 }
 

@@ -106,6 +106,10 @@ class FrameworkLimits:
     """What its selective activation recomputation redoes."""
     sync_every_micro_batch: bool = False
     """Without a pipeline, ZeRO 0-2 exchange weights and gradients on every micro-batch."""
+    pipelines: bool = True
+    """It runs pipeline parallelism."""
+    fp8: bool = True
+    """It trains in fp8."""
 
     def allows(self, zero_stage: int, pipeline: int, experts: bool = False) -> bool:
         """Whether ZeRO `zero_stage` runs with `pipeline` stages (and MoE layers)."""
@@ -158,4 +162,18 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         sync_every_micro_batch=True,
     ),
 }
+REFERENCE_TRAINER = FrameworkLimits(
+    (0, 1, 2, 3),
+    2,
+    tensor_splits_evenly=True,
+    context_parallel=False,
+    experts=False,
+    expert_parallel=False,
+    pipelines=False,
+    fp8=False,
+)
+"""The `reference` framework's default program, the reference trainer
+(`trainplan.runtime.train`): no pipeline parallelism and no fp8, which it refuses with
+exit 3 (`trainplan.runtime.config`). A `job.command` of the user's own, reading the
+`TRAINPLAN_` environment, gets `FRAMEWORK_LIMITS["reference"]`."""
 ANY_FRAMEWORK = FrameworkLimits((0, 1, 2, 3), 2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainplan.api import ModelSpec, TrainingPlanSpec
+from trainplan.api import DEFAULT_COMMAND, ModelSpec, TrainingPlanSpec
 from trainplan.planner.catalog import (
     Catalog,
     ModelPreset,
@@ -20,7 +20,7 @@ from trainplan.planner.catalog import (
 )
 from trainplan.planner.errors import PlanInputError
 from trainplan.planner.finetune import FineTuning, lora_layer_parameter_count
-from trainplan.planner.frameworks import FRAMEWORK_LIMITS
+from trainplan.planner.frameworks import FRAMEWORK_LIMITS, REFERENCE_TRAINER, FrameworkLimits
 from trainplan.planner.layout import Workload
 from trainplan.planner.memory import checkpoint_bytes
 from trainplan.planner.search import LayoutPins, RunSettings
@@ -166,6 +166,42 @@ def _resolve_experts(
     return experts
 
 
+def framework_limits(spec: TrainingPlanSpec) -> FrameworkLimits:
+    """What the job's program runs: the reference trainer's limits where the `reference`
+    framework keeps its default `job.command`, else the framework's."""
+    command = tuple(spec.job.command)
+    if spec.job.framework == "reference" and command in ((), tuple(DEFAULT_COMMAND)):
+        return REFERENCE_TRAINER
+    return FRAMEWORK_LIMITS[spec.job.framework]
+
+
+def _program_problems(spec: TrainingPlanSpec) -> list[tuple[str, str]]:
+    """Pins and settings the job's program cannot run (`framework_limits`)."""
+    limits = framework_limits(spec)
+    problems: list[tuple[str, str]] = []
+    pipeline = spec.parallelism.pipeline
+    if not limits.pipelines and pipeline is not None and pipeline > 1:
+        problems.append(
+            (
+                "parallelism.pipeline",
+                "the reference trainer (job.framework reference with the default"
+                " job.command) runs no pipeline parallelism; use job.framework megatron,"
+                " torchtitan or deepspeed, or a job.command of your own that reads"
+                " TRAINPLAN_PIPELINE_PARALLEL",
+            )
+        )
+    if not limits.fp8 and spec.training.precision == "fp8":
+        problems.append(
+            (
+                "training.precision",
+                "the reference trainer (job.framework reference with the default"
+                " job.command) has no fp8 training; use job.framework megatron or"
+                " torchtitan, or precision bf16",
+            )
+        )
+    return problems
+
+
 def check_pins(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str]]:
     """Pins that contradict the resolved model shape, as (path, message) pairs."""
     problems: list[tuple[str, str]] = []
@@ -193,7 +229,7 @@ def check_pins(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str
             )
         )
     framework = spec.job.framework
-    limits = FRAMEWORK_LIMITS[framework]
+    limits = framework_limits(spec)
     if par.context is not None and par.context > 1 and not limits.context_parallel:
         problems.append(
             (
@@ -231,8 +267,9 @@ def check_pins(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str
             )
         )
     if par.pipeline is not None:
-        problems += _pipeline_problems(shape, par.pipeline, par.virtual_pipeline_stages, framework)
+        problems += _pipeline_problems(shape, par.pipeline, par.virtual_pipeline_stages, spec)
     problems += _expert_problems(shape, spec)
+    problems += _program_problems(spec)
     return problems
 
 
@@ -240,7 +277,7 @@ def _expert_problems(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[st
     """Expert-parallel pins and methods that the model or the framework cannot run."""
     par = spec.parallelism
     framework = spec.job.framework
-    limits = FRAMEWORK_LIMITS[framework]
+    limits = framework_limits(spec)
     experts = shape.experts
     problems: list[tuple[str, str]] = []
     pinned = [
@@ -300,13 +337,14 @@ def _expert_problems(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[st
 
 
 def _pipeline_problems(
-    shape: ModelShape, pipeline: int, chunks: int | None, framework: str
+    shape: ModelShape, pipeline: int, chunks: int | None, spec: TrainingPlanSpec
 ) -> list[tuple[str, str]]:
     """Why `pipeline` stages (with `chunks` interleaved chunks each) cannot hold the
     layers: an uneven split (`planner.stages`) needs a framework that places it, and
     interleaved chunks a split they divide evenly (`interleaved_placement`)."""
     layers = shape.layers
-    limits = FRAMEWORK_LIMITS[framework]
+    framework = spec.job.framework
+    limits = framework_limits(spec)
     if layers % pipeline:
         if split_counts(layers, pipeline) is None:
             return [
@@ -391,7 +429,7 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
     if network_gbps is not None:
         gpu = gpu.with_node_network(network_gbps, spec.hardware.gpus_per_node)
 
-    framework = FRAMEWORK_LIMITS[spec.job.framework]
+    framework = framework_limits(spec)
     workload = Workload(
         shape=shape,
         gpu=gpu,

@@ -186,11 +186,13 @@ def expert_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
 
 
 def pipeline_degrees(workload: Workload, pins: LayoutPins) -> list[int]:
-    """Pipeline degrees: a pin, or divisors of the layer count and, where the framework
-    places uneven stages, the degrees of `_UNEVEN_PIPELINE_DEGREES` that split the layers
-    (`split_counts`)."""
+    """Pipeline degrees: a pin; 1 where the program runs no pipeline; or divisors of the
+    layer count and, where the framework places uneven stages, the degrees of
+    `_UNEVEN_PIPELINE_DEGREES` that split the layers (`split_counts`)."""
     if pins.pipeline is not None:
         return [pins.pipeline]
+    if not pins.framework.pipelines:
+        return [1]
     layers = workload.shape.layers
     degrees = set(divisors(layers))
     if pins.framework.uneven_pipeline:
