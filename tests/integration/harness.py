@@ -10,6 +10,7 @@ server's resource versions, which Kopf's finalizer patches rely on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import itertools
 import os
@@ -718,7 +719,11 @@ class OperatorCommand:
             return 0
         try:
             if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
+                # Not `process.send_signal`: Popen.send_signal polls first, and on a
+                # process that `kill` has just ended that poll reaps it before asyncio's
+                # child watcher can, which then reports exit code 255 instead of -9.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
             try:
                 return await asyncio.wait_for(process.wait(), timeout_seconds)
             except TimeoutError:

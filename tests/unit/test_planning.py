@@ -626,8 +626,26 @@ def test_the_framework_bounds_the_zero_stage(
     chosen = [result.layout, *(alternative.layout for alternative in result.alternatives)]
     assert {layout.zero_stage for layout in chosen} <= allowed
     for layout in chosen:
-        if layout.pipeline > 1 and framework == "deepspeed":
+        if layout.pipeline > 1 and framework in ("deepspeed", "torchtitan"):
             assert layout.zero_stage <= 1
+
+
+def test_torchtitan_pipelines_run_zero_1_at_most(catalog: Catalog) -> None:
+    # torchtitan v0.2.2's apply_fsdp does not reshard after forward when pipelining, and
+    # PyTorch's PipelineStage neither reshards nor syncs gradients before the last
+    # backward: a pipelined stage holds whole weights and gradients, ZeRO-1's memory.
+    document = {
+        **SMALL,
+        "parallelism": {"pipeline": 2, "zeroStage": 2},
+        "job": {"framework": "torchtitan"},
+    }
+    with pytest.raises(PlanInputError) as raised:
+        plan(TrainingPlanSpec.model_validate(document), catalog)
+    ((path, message),) = raised.value.problems
+    assert path == "parallelism.zeroStage"
+    assert "runs ZeRO stage 0, 1 with this pipeline degree" in message
+    document["parallelism"] = {"pipeline": 2, "zeroStage": 1}
+    assert plan(TrainingPlanSpec.model_validate(document), catalog).layout.zero_stage == 1
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,11 @@
 - Megatron-LM shards only optimizer state (its distributed optimizer, ZeRO-1).
 - DeepSpeed runs every ZeRO stage, but only stage 0 or 1 with pipeline parallelism.
 - torchtitan runs DDP (stage 0) and FSDP2: stage 3 with resharding, stages 1 and 2 as
-  FSDP without resharding after forward (see `trainplan.launcher.frameworks`); stage 3
-  is not combined with pipelining here.
-- The reference trainer runs ZeRO 0-3, stage 3 without pipelining; its tensor
+  FSDP without resharding after forward (see `trainplan.launcher.frameworks`); with a
+  pipeline, stage 1 at most: its pipelined FSDP stages keep whole weights and gradients
+  for the step (ZeRO-1's memory).
+- The reference trainer runs ZeRO 0-3 and no pipeline (`REFERENCE_TRAINER`); a program
+  of the user's own under `reference` may pipeline with ZeRO 0-2. The trainer's tensor
   parallelism splits the vocabulary, the MLP width and the key/value heads evenly (no
   padding), so the tensor degree must divide each.
 - Context parallelism (a sequence split over ranks, ring attention): Megatron-LM
@@ -154,9 +156,14 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         expert_parallel=False,
         max_zero_stage_with_experts=2,
     ),
+    # With a pipeline, torchtitan's FSDP keeps each stage's weights gathered and its
+    # gradients whole until the last backward (v0.2.2 `apply_fsdp`: no resharding after
+    # forward when pipelining; PyTorch's `PipelineStage.backward_maybe_with_nosync`: no
+    # resharding after backward, no gradient sync before the last), which is ZeRO-1's
+    # memory: ZeRO-2 with a pipeline would be planned with gradients it does not shard.
     "torchtitan": FrameworkLimits(
         (0, 1, 2, 3),
-        2,
+        1,
         pipeline_p2p_overlap=True,
         selective_recompute="every-other-matmul",
         sync_every_micro_batch=True,
