@@ -780,3 +780,18 @@ def test_what_the_reference_trainer_refuses_is_refused_when_planned(
     # Megatron-LM runs both, and so may the user's own program.
     for job in ({"framework": "megatron"}, OWN_PROGRAM):
         plan(TrainingPlanSpec.model_validate({**document, section: value, "job": job}), catalog)
+
+
+def test_deepspeed_plans_its_tensor_parallelism_with_zero_2_at_most(catalog: Catalog) -> None:
+    # DeepSpeed's AutoTP works with ZeRO 0-2; its launcher refuses stage 3 with it.
+    job = {"framework": "deepspeed", "command": ["python", "train.py"]}
+    result = plan(TrainingPlanSpec.model_validate({**WIDE_70B, "job": job}), catalog)
+    chosen = _chosen_layouts(result)
+    assert any(layout.tensor > 1 for layout in chosen)
+    assert all(layout.zero_stage <= 2 for layout in chosen if layout.tensor > 1)
+    pinned = {**WIDE_70B, "job": job, "parallelism": {"tensor": 2, "zeroStage": 3}}
+    with pytest.raises(PlanInputError) as raised:
+        plan(TrainingPlanSpec.model_validate(pinned), catalog)
+    ((path, message),) = raised.value.problems
+    assert path == "parallelism.zeroStage"
+    assert "deepspeed runs ZeRO stage 0, 1, 2 with this pipeline and tensor degree" in message

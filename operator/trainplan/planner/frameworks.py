@@ -1,7 +1,8 @@
 """What each training framework can run, as far as the layout search is concerned (pure).
 
 - Megatron-LM shards only optimizer state (its distributed optimizer, ZeRO-1).
-- DeepSpeed runs every ZeRO stage, but only stage 0 or 1 with pipeline parallelism.
+- DeepSpeed runs every ZeRO stage, but only stage 0 or 1 with pipeline parallelism and
+  0-2 with tensor parallelism (AutoTP).
 - torchtitan runs DDP (stage 0) and FSDP2: stage 3 with resharding, stages 1 and 2 as
   FSDP without resharding after forward (see `trainplan.launcher.frameworks`); with a
   pipeline, stage 1 at most: its pipelined FSDP stages keep whole weights and gradients
@@ -110,14 +111,21 @@ class FrameworkLimits:
     """Without a pipeline, ZeRO 0-2 exchange weights and gradients on every micro-batch."""
     pipelines: bool = True
     """It runs pipeline parallelism."""
+    max_zero_stage_with_tensor: int = 3
+    """Highest ZeRO stage run with tensor parallelism."""
     fp8: bool = True
     """It trains in fp8."""
 
-    def allows(self, zero_stage: int, pipeline: int, experts: bool = False) -> bool:
-        """Whether ZeRO `zero_stage` runs with `pipeline` stages (and MoE layers)."""
+    def allows(
+        self, zero_stage: int, pipeline: int, experts: bool = False, tensor: int = 1
+    ) -> bool:
+        """Whether ZeRO `zero_stage` runs with `pipeline` stages, `tensor` ranks (and MoE
+        layers)."""
         if zero_stage not in self.zero_stages:
             return False
         if experts and zero_stage > self.max_zero_stage_with_experts:
+            return False
+        if tensor > 1 and zero_stage > self.max_zero_stage_with_tensor:
             return False
         return pipeline == 1 or zero_stage <= self.max_zero_stage_with_pipeline
 
@@ -147,9 +155,12 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         expert_parallel=False,
     ),
     "megatron": FrameworkLimits((0, 1), 1, expert_comm_overlap=True, pipeline_p2p_overlap=True),
+    # DeepSpeed's tensor parallelism for training (AutoTP) works with ZeRO 0-2, as the
+    # launcher refuses stage 3 with it (`launcher.frameworks.deepspeed_config`).
     "deepspeed": FrameworkLimits(
         (0, 1, 2, 3),
         1,
+        max_zero_stage_with_tensor=2,
         reduction_overlap="sharded-without-pipeline",
         uneven_pipeline=False,
         context_parallel=False,

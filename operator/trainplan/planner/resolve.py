@@ -249,20 +249,21 @@ def check_pins(shape: ModelShape, spec: TrainingPlanSpec) -> list[tuple[str, str
                 )
             )
     moe = shape.experts is not None
-    if par.zero_stage is not None and not limits.allows(par.zero_stage, par.pipeline or 1, moe):
+    pipeline, tensor = par.pipeline or 1, par.tensor or 1
+    if par.zero_stage is not None and not limits.allows(par.zero_stage, pipeline, moe, tensor):
         stages = ", ".join(
-            str(z) for z in limits.zero_stages if limits.allows(z, par.pipeline or 1, moe)
+            str(z) for z in limits.zero_stages if limits.allows(z, pipeline, moe, tensor)
         )
         able = sorted(
             name
             for name, other in FRAMEWORK_LIMITS.items()
-            if other.allows(par.zero_stage, par.pipeline or 1, moe)
+            if other.allows(par.zero_stage, pipeline, moe, tensor)
         )
         problems.append(
             (
                 "parallelism.zeroStage",
-                f"job.framework {framework} runs ZeRO stage {stages} with this pipeline degree"
-                f"{' and experts' if moe else ''},"
+                f"job.framework {framework} runs ZeRO stage {stages} with this pipeline"
+                f"{' and tensor' if tensor > 1 else ''} degree{' and experts' if moe else ''},"
                 f" not {par.zero_stage}; frameworks that can: {', '.join(able) or 'none'}",
             )
         )

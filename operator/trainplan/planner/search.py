@@ -262,7 +262,7 @@ def generate_layouts(workload: Workload, gpus: int, pins: LayoutPins) -> Iterato
             experts = [ep for ep in expert_degrees(workload, pins) if (t * c * d) % (ep * etp) == 0]
             moe = shape.experts is not None
             for ep, zero in (
-                (ep, zero) for ep in experts for zero in _zero_stages(p, d * c, pins, moe)
+                (ep, zero) for ep in experts for zero in _zero_stages(p, d * c, pins, moe, t)
             ):
                 for checkpointing in _checkpointing_levels(workload, pins):
                     for sp in _sequence_parallel(t, pins):
@@ -287,16 +287,16 @@ def generate_layouts(workload: Workload, gpus: int, pins: LayoutPins) -> Iterato
                                 )
 
 
-def _zero_stages(p: int, d: int, pins: LayoutPins, moe: bool = False) -> list[int]:
-    """ZeRO stages the framework runs with this pipeline degree (and MoE layers); only 0
-    without data parallelism (nothing to shard), unless pinned."""
+def _zero_stages(p: int, d: int, pins: LayoutPins, moe: bool = False, t: int = 1) -> list[int]:
+    """ZeRO stages the framework runs with this pipeline degree, tensor degree (and MoE
+    layers); only 0 without data parallelism (nothing to shard), unless pinned."""
     if pins.zero_stage is not None:
         candidates = [pins.zero_stage]
     elif d == 1:
         candidates = [0]
     else:
         candidates = [0, 1, 2, 3]
-    return [z for z in candidates if pins.framework.allows(z, p, moe)]
+    return [z for z in candidates if pins.framework.allows(z, p, moe, t)]
 
 
 def _checkpointing_levels(workload: Workload, pins: LayoutPins) -> list[Checkpointing]:
