@@ -789,6 +789,14 @@ def test_deepspeed_plans_its_tensor_parallelism_with_zero_2_at_most(catalog: Cat
     chosen = _chosen_layouts(result)
     assert any(layout.tensor > 1 for layout in chosen)
     assert all(layout.zero_stage <= 2 for layout in chosen if layout.tensor > 1)
+    # AutoTP shards the linear layers only: no sequence parallelism, and the plan's
+    # activations count whole norms and residuals on every tensor rank.
+    assert not any(layout.sequence_parallel for layout in chosen)
+    with_sp = {**WIDE_70B, "job": job, "parallelism": {"tensor": 2, "sequenceParallel": True}}
+    with pytest.raises(PlanInputError) as raised:
+        plan(TrainingPlanSpec.model_validate(with_sp), catalog)
+    ((path, _),) = raised.value.problems
+    assert path == "parallelism.sequenceParallel"
     pinned = {**WIDE_70B, "job": job, "parallelism": {"tensor": 2, "zeroStage": 3}}
     with pytest.raises(PlanInputError) as raised:
         plan(TrainingPlanSpec.model_validate(pinned), catalog)

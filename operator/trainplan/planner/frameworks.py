@@ -113,6 +113,9 @@ class FrameworkLimits:
     """It runs pipeline parallelism."""
     max_zero_stage_with_tensor: int = 3
     """Highest ZeRO stage run with tensor parallelism."""
+    sequence_parallel: bool = True
+    """Its tensor parallelism also splits the norms and the residual stream over the
+    sequence (Korthikanti et al. 2022), so their activations are not replicated."""
     fp8: bool = True
     """It trains in fp8."""
 
@@ -155,12 +158,15 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         expert_parallel=False,
     ),
     "megatron": FrameworkLimits((0, 1), 1, expert_comm_overlap=True, pipeline_p2p_overlap=True),
-    # DeepSpeed's tensor parallelism for training (AutoTP) works with ZeRO 0-2, as the
-    # launcher refuses stage 3 with it (`launcher.frameworks.deepspeed_config`).
+    # DeepSpeed's tensor parallelism for training (AutoTP) shards the linear layers and
+    # combines with ZeRO stage 0, 1 or 2 (deepspeed.ai/tutorials/autotp-training; the
+    # launcher refuses stage 3 with it); it splits nothing over the sequence, so the
+    # norms' and residuals' activations stay whole on every tensor rank.
     "deepspeed": FrameworkLimits(
         (0, 1, 2, 3),
         1,
         max_zero_stage_with_tensor=2,
+        sequence_parallel=False,
         reduction_overlap="sharded-without-pipeline",
         uneven_pipeline=False,
         context_parallel=False,

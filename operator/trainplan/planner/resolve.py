@@ -190,6 +190,15 @@ def _program_problems(spec: TrainingPlanSpec) -> list[tuple[str, str]]:
                 " TRAINPLAN_PIPELINE_PARALLEL",
             )
         )
+    if not limits.sequence_parallel and spec.parallelism.sequence_parallel:
+        problems.append(
+            (
+                "parallelism.sequenceParallel",
+                f"job.framework {spec.job.framework} splits no norm or residual over the"
+                " sequence (its tensor parallelism shards the linear layers only); use"
+                " megatron or torchtitan, or leave sequenceParallel unset",
+            )
+        )
     if not limits.fp8 and spec.training.precision == "fp8":
         problems.append(
             (

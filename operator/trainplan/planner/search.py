@@ -310,7 +310,7 @@ def _checkpointing_levels(workload: Workload, pins: LayoutPins) -> list[Checkpoi
 
 
 def _sequence_parallel(t: int, pins: LayoutPins) -> list[bool]:
-    if t == 1:
+    if t == 1 or not pins.framework.sequence_parallel:
         return [False]
     if pins.sequence_parallel is not None:
         return [pins.sequence_parallel]
