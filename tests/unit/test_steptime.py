@@ -236,6 +236,26 @@ def test_deepspeed_hides_the_gradient_reduction_only_in_its_zero_optimizer_witho
         assert priced > overlapped > 0
 
 
+@pytest.mark.parametrize(
+    ("tensor", "zero", "hidden"), [(2, 0, False), (1, 0, True), (2, 1, True), (2, 2, True)]
+)
+def test_the_reference_trainer_exposes_its_tensor_parallel_all_reduce_only(
+    a100: GPUSpec, calibration: Calibration, tensor: int, zero: int, hidden: bool
+) -> None:
+    # With ZeRO-0 and tensor parallelism its DDP cannot take DTensor parameters, so it
+    # all-reduces the gradients after the last backward pass (runtime.parallel); DDP
+    # without tensor parallelism and FSDP2 overlap the reduction with the backward pass.
+    always = workload(a100)
+    trainer = replace(always, reduction_overlap="except-unsharded-with-tensor")
+    lay = layout(tensor, 1, 8, zero=zero, accumulation=2)
+    overlapped = step_time(always, lay, calibration).data_comm_seconds
+    priced = step_time(trainer, lay, calibration).data_comm_seconds
+    if hidden:
+        assert priced == overlapped
+    else:
+        assert priced > overlapped > 0
+
+
 @pytest.mark.parametrize("gated", [True, False])
 def test_torchtitan_selective_recomputes_every_other_matrix_and_the_elementwise_ops(
     a100: GPUSpec, catalog: Catalog, calibration: Calibration, gated: bool

@@ -44,9 +44,11 @@
   on every transfer.
 - The data-parallel gradient reduction overlaps the backward pass under Megatron-LM (the
   launcher writes `--overlap-grad-reduce`), torchtitan (DDP and FSDP2) and the reference
-  trainer (DDP, FSDP). DeepSpeed overlaps it only in its ZeRO optimizer without a pipeline
-  (the launcher writes `overlap_comm`, which DeepSpeed turns on by itself only for stage
-  3, `DeepSpeedZeroConfig.overlap_comm_valid`): without ZeRO its engine all-reduces after
+  trainer (DDP, FSDP; with ZeRO-0 and tensor parallelism, where its DDP cannot take
+  DTensor parameters, it all-reduces after the last backward pass). DeepSpeed overlaps
+  it only in its ZeRO optimizer without a pipeline (the launcher writes `overlap_comm`,
+  which DeepSpeed turns on by itself only for stage 3,
+  `DeepSpeedZeroConfig.overlap_comm_valid`): without ZeRO its engine all-reduces after
   the backward pass, and its pipeline engine reduces after the flush (`ReduceGrads` after
   the last backward pass, `deepspeed/runtime/pipe/schedule.py` `TrainSchedule`).
 - Selective recomputation: Megatron-LM's (and the reference trainer's) recomputes the
@@ -189,6 +191,7 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
 REFERENCE_TRAINER = FrameworkLimits(
     (0, 1, 2, 3),
     2,
+    reduction_overlap="except-unsharded-with-tensor",
     tensor_splits_evenly=True,
     context_parallel=False,
     experts=False,
@@ -198,6 +201,8 @@ REFERENCE_TRAINER = FrameworkLimits(
 )
 """The `reference` framework's default program, the reference trainer
 (`trainplan.runtime.train`): no pipeline parallelism and no fp8, which it refuses with
-exit 3 (`trainplan.runtime.config`). A `job.command` of the user's own, reading the
-`TRAINPLAN_` environment, gets `FRAMEWORK_LIMITS["reference"]`."""
+exit 3 (`trainplan.runtime.config`); with ZeRO-0 and tensor parallelism, where DDP cannot
+take its DTensor parameters, it all-reduces the gradients after the last backward pass
+(`trainplan.runtime.parallel.all_reduce_gradients`), exposed. A `job.command` of the
+user's own, reading the `TRAINPLAN_` environment, gets `FRAMEWORK_LIMITS["reference"]`."""
 ANY_FRAMEWORK = FrameworkLimits((0, 1, 2, 3), 2)

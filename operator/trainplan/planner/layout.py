@@ -22,9 +22,11 @@ SelectiveRecompute = Literal["attention", "every-other-matmul"]
 """What selective recomputation redoes: the attention core (and the norms and activations
 of `recompute_modules`; Megatron-LM, Korthikanti et al. 2022), or every other matrix
 multiply and every elementwise op of the layer (torchtitan's per-op policy)."""
-ReductionOverlap = Literal["always", "sharded-without-pipeline"]
+ReductionOverlap = Literal["always", "sharded-without-pipeline", "except-unsharded-with-tensor"]
 """When the framework overlaps the data-parallel gradient reduction with the backward
-pass: in every layout, or only with ZeRO 1-3 and no pipeline (DeepSpeed)."""
+pass: in every layout; only with ZeRO 1-3 and no pipeline (DeepSpeed); or except with
+ZeRO-0 and tensor parallelism (the reference trainer, whose DDP cannot take tensor-parallel
+parameters, so it all-reduces after the last backward pass)."""
 
 CHECKPOINTING_LEVELS: tuple[Checkpointing, ...] = ("none", "selective", "full")
 RECOMPUTE_WORDS: dict[Checkpointing, str] = {

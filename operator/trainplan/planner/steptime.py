@@ -660,6 +660,10 @@ def data_comm_seconds(
             layout.zero_stage == 0 or layout.pipeline > 1
         ):
             return exchange_seconds
+        if workload.reduction_overlap == "except-unsharded-with-tensor" and (
+            layout.zero_stage == 0 and layout.tensor > 1
+        ):
+            return exchange_seconds
         hidden = calibration.data_parallel_overlap * backward_seconds_per_micro_batch
         return max(
             exchange_seconds * (1 - calibration.data_parallel_overlap),
