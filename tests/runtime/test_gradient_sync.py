@@ -59,3 +59,15 @@ def test_zero_3_reshards_after_every_micro_batch() -> None:
     model = _sharded_model(3)
     assert not _gathered_after_micro_batch(model, 3, last=False)
     assert not _gathered_after_micro_batch(model, 3, last=True)
+
+
+@pytest.mark.usefixtures("process_group")
+def test_zero_3_keeps_its_gradients_sharded_between_micro_batches() -> None:
+    """After an earlier micro-batch, ZeRO-3's gradients are already reduce-scattered
+    shards (what the planner's memory counts for it); without gradient sync FSDP2 would
+    hold them whole until the last micro-batch."""
+    model = _sharded_model(3)
+    _gathered_after_micro_batch(model, 3, last=False)
+    assert all(isinstance(parameter.grad, DTensor) for parameter in model.parameters())
+    _gathered_after_micro_batch(model, 3, last=True)
+    assert all(isinstance(parameter.grad, DTensor) for parameter in model.parameters())

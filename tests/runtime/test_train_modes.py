@@ -163,7 +163,8 @@ def test_tensor_parallel_matches_one_process(tmp_path: Path) -> None:
 def test_zero_stages_accumulate_the_same_gradients(tmp_path: Path) -> None:
     """Two data-parallel ranks, two micro-batches a step (fp32): ZeRO-1 (one reduce-scatter
     a step) and ZeRO-2 (one a micro-batch), both keeping the gathered weights across the
-    step's micro-batches, train the same model as DDP with `no_sync`: the same losses."""
+    step's micro-batches, and ZeRO-3 (a reduce-scatter a micro-batch, weights gathered
+    per layer) train the same model as DDP with `no_sync`: the same losses."""
     data = ensure_dataset(tmp_path / "data.bin", DATASET_TOKENS)
     common = TINY_MODEL + flags(
         data=data,
@@ -173,7 +174,7 @@ def test_zero_stages_accumulate_the_same_gradients(tmp_path: Path) -> None:
         precision="fp32",
     )
     losses: dict[int, list[float]] = {}
-    for stage in (0, 1, 2):
+    for stage in (0, 1, 2, 3):
         step_log = tmp_path / f"zero{stage}.log"
         finished = run_torchrun(
             2,
@@ -189,6 +190,7 @@ def test_zero_stages_accumulate_the_same_gradients(tmp_path: Path) -> None:
     assert losses[0][0] != losses[0][2]
     assert losses[1] == pytest.approx(losses[0], abs=2e-4)
     assert losses[2] == pytest.approx(losses[0], abs=2e-4)
+    assert losses[3] == pytest.approx(losses[0], abs=2e-4)
 
 
 # --- Configuration errors ------------------------------------------------------------------

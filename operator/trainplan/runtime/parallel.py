@@ -263,14 +263,15 @@ def gradient_sync(
     zero_stage: int, module: nn.Module, last: bool
 ) -> contextlib.AbstractContextManager[Any]:
     """The context of a micro-batch's forward and backward: gradient reduction only on
-    the last micro-batch of the step, except for ZeRO-2 (every micro-batch, so that
-    gradients stay sharded). ZeRO 1 and 2 keep the gathered weights until the last
-    micro-batch's backward (FSDP2's `set_reshard_after_backward`), so they gather them
-    once per step, as ZeRO's replicated weights and the planner assume."""
+    the last micro-batch of the step, except for ZeRO 2 and 3 (every micro-batch, so
+    that gradients stay sharded: FSDP2 without gradient sync accumulates them whole).
+    ZeRO 1 and 2 keep the gathered weights until the last micro-batch's backward
+    (FSDP2's `set_reshard_after_backward`), so they gather them once per step, as ZeRO's
+    replicated weights and the planner assume."""
     if isinstance(module, DistributedDataParallel) and not last:
         return module.no_sync()
     if isinstance(module, FSDPModule):
-        module.set_requires_gradient_sync(last or zero_stage == 2)
+        module.set_requires_gradient_sync(last or zero_stage >= 2)
         if zero_stage < 3:
             module.set_reshard_after_backward(last)
     return contextlib.nullcontext()

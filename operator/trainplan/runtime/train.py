@@ -22,7 +22,8 @@ How the plan maps onto PyTorch (`trainplan.runtime.parallel`):
   gradients accumulate locally, as in ZeRO-1), stage 2 at every micro-batch (gradients
   stay sharded).
 - ZeRO 3: FSDP2 `fully_shard` per block and the root with `reshard_after_forward=True`,
-  gradients reduced on the last micro-batch only.
+  gradients reduce-scattered at every micro-batch (they stay sharded; without gradient
+  sync FSDP2 would accumulate them whole).
 - precision: bf16 is autocast (FSDP2: `MixedPrecisionPolicy(param_dtype=bf16,
   reduce_dtype=fp32)` instead); fp16 is autocast with a gradient scaler (one that agrees
   on overflow across ranks when parameters are sharded); fp32 is plain. Weights and
