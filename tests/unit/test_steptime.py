@@ -8,7 +8,13 @@ from tests.builders import make_layout
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.catalog import Catalog, GPUSpec
 from trainplan.planner.collectives import all_reduce_seconds
-from trainplan.planner.layout import AttentionKernel, Checkpointing, Layout, Workload
+from trainplan.planner.layout import (
+    AttentionKernel,
+    Checkpointing,
+    Layout,
+    ReductionOverlap,
+    Workload,
+)
 from trainplan.planner.shapes import ModelShape
 from trainplan.planner.steptime import (
     StepTime,
@@ -211,45 +217,32 @@ def test_no_transfer_hides_without_a_steady_interleaved_phase(
 
 
 @pytest.mark.parametrize(
-    ("lay", "hidden"),
+    ("overlap", "lay", "hidden"),
     [
         # ZeRO-1/2 without a pipeline: DeepSpeed's ZeRO optimizer overlaps (overlap_comm).
-        (layout(1, 1, 8, zero=1, accumulation=4), True),
-        (layout(1, 1, 8, zero=2, accumulation=4), True),
+        ("sharded-without-pipeline", layout(1, 1, 8, zero=1, accumulation=4), True),
+        ("sharded-without-pipeline", layout(1, 1, 8, zero=2, accumulation=4), True),
         # Without ZeRO its engine all-reduces after the backward pass.
-        (layout(1, 1, 8, zero=0, accumulation=4), False),
+        ("sharded-without-pipeline", layout(1, 1, 8, zero=0, accumulation=4), False),
         # Its pipeline engine reduces after the flush (ReduceGrads after the last backward).
-        (layout(1, 2, 8, zero=1, accumulation=4), False),
+        ("sharded-without-pipeline", layout(1, 2, 8, zero=1, accumulation=4), False),
+        # The reference trainer: with ZeRO-0 and tensor parallelism its DDP cannot take
+        # DTensor parameters, so it all-reduces after the last backward pass
+        # (runtime.parallel); DDP without tensor parallelism and FSDP2 overlap.
+        ("except-unsharded-with-tensor", layout(2, 1, 8, zero=0, accumulation=2), False),
+        ("except-unsharded-with-tensor", layout(1, 1, 8, zero=0, accumulation=2), True),
+        ("except-unsharded-with-tensor", layout(2, 1, 8, zero=1, accumulation=2), True),
+        ("except-unsharded-with-tensor", layout(2, 1, 8, zero=2, accumulation=2), True),
     ],
     ids=lambda value: value.describe() if isinstance(value, Layout) else str(value),
 )
-def test_deepspeed_hides_the_gradient_reduction_only_in_its_zero_optimizer_without_a_pipeline(
-    a100: GPUSpec, calibration: Calibration, lay: Layout, hidden: bool
+def test_where_the_framework_leaves_the_gradient_reduction_exposed(
+    a100: GPUSpec, calibration: Calibration, overlap: ReductionOverlap, lay: Layout, hidden: bool
 ) -> None:
     always = workload(a100)
-    deepspeed = replace(always, reduction_overlap="sharded-without-pipeline")
+    framework = replace(always, reduction_overlap=overlap)
     overlapped = step_time(always, lay, calibration).data_comm_seconds
-    priced = step_time(deepspeed, lay, calibration).data_comm_seconds
-    if hidden:
-        assert priced == overlapped
-    else:
-        assert priced > overlapped > 0
-
-
-@pytest.mark.parametrize(
-    ("tensor", "zero", "hidden"), [(2, 0, False), (1, 0, True), (2, 1, True), (2, 2, True)]
-)
-def test_the_reference_trainer_exposes_its_tensor_parallel_all_reduce_only(
-    a100: GPUSpec, calibration: Calibration, tensor: int, zero: int, hidden: bool
-) -> None:
-    # With ZeRO-0 and tensor parallelism its DDP cannot take DTensor parameters, so it
-    # all-reduces the gradients after the last backward pass (runtime.parallel); DDP
-    # without tensor parallelism and FSDP2 overlap the reduction with the backward pass.
-    always = workload(a100)
-    trainer = replace(always, reduction_overlap="except-unsharded-with-tensor")
-    lay = layout(tensor, 1, 8, zero=zero, accumulation=2)
-    overlapped = step_time(always, lay, calibration).data_comm_seconds
-    priced = step_time(trainer, lay, calibration).data_comm_seconds
+    priced = step_time(framework, lay, calibration).data_comm_seconds
     if hidden:
         assert priced == overlapped
     else:
