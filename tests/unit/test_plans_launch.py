@@ -1,8 +1,9 @@
-"""Every layout the planner proposes for a framework launches under it: the launcher
-renders it without a `LauncherError`, the reference trainer's own configuration checks
-(`trainplan.runtime.config`, its exit-3 refusals) accept its environment, and torchtitan's
-own parser takes its flags. The planner and the launcher each keep a list of what a
-framework runs; this test holds them to each other over specs whose best layouts differ."""
+"""Every layout the planner proposes for a framework launches under it (dense, MoE in fp8
+and long-context specs): the launcher renders it without a `LauncherError`, the
+reference trainer's own configuration checks (`trainplan.runtime.config`, its exit-3
+refusals) accept its environment, and torchtitan's own parser takes its flags. The
+planner and the launcher each keep a list of what a framework runs; this test holds them
+to each other over specs whose best layouts differ."""
 
 from __future__ import annotations
 
@@ -121,3 +122,30 @@ def test_every_proposed_moe_and_fp8_layout_launches(catalog: Catalog, framework:
         args: list[str] = _container(render_for(REF, spec, candidate, catalog))["args"]
         assert args[args.index(expert_flag) + 1] == str(candidate.layout.expert)
         assert fp8_flag in args
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_every_proposed_long_context_layout_launches(catalog: Catalog, framework: str) -> None:
+    """Sequences of 65,536 tokens (context parallelism searched) for the two frameworks
+    that split a sequence over ranks."""
+    document = {
+        "model": {"preset": "llama3-8b", "sequenceLength": 65_536},
+        "data": {"tokens": 1.0e10},
+        "batch": {"globalBatchSize": 64},
+        "hardware": {"gpuType": "H100-SXM5-80GB", "gpusPerNode": 8},
+        "objective": {"maxGPUs": 64},
+        "job": {**JOBS[framework], "image": IMAGE},
+    }
+    spec = TrainingPlanSpec.model_validate(document)
+    candidates = _layouts(plan(spec, catalog))
+    assert any(candidate.layout.context > 1 for candidate in candidates)
+    context_flag = {
+        "megatron": "--context-parallel-size",
+        "torchtitan": "--parallelism.context_parallel_degree",
+    }[framework]
+    for candidate in candidates:
+        args: list[str] = _container(render_for(REF, spec, candidate, catalog))["args"]
+        if candidate.layout.context > 1:
+            assert args[args.index(context_flag) + 1] == str(candidate.layout.context)
+        else:
+            assert context_flag not in args
