@@ -807,3 +807,15 @@ def test_deepspeed_plans_its_tensor_parallelism_with_zero_2_at_most(catalog: Cat
     ((path, message),) = raised.value.problems
     assert path == "parallelism.zeroStage"
     assert "deepspeed runs ZeRO stage 0, 1, 2 with this pipeline and tensor degree" in message
+
+
+def test_torchtitan_fp16_is_refused_when_planned(catalog: Catalog) -> None:
+    # torchtitan has no loss scaling; its launcher refuses fp16 as well.
+    document = {**SMALL, "training": {"precision": "fp16"}, "job": {"framework": "torchtitan"}}
+    with pytest.raises(PlanInputError) as raised:
+        plan(TrainingPlanSpec.model_validate(document), catalog)
+    ((path, message),) = raised.value.problems
+    assert path == "training.precision"
+    assert "torchtitan has no fp16 training" in message
+    document["job"] = {"framework": "megatron"}
+    assert plan(TrainingPlanSpec.model_validate(document), catalog).gpus == 8

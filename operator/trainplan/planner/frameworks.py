@@ -120,6 +120,8 @@ class FrameworkLimits:
     sequence (Korthikanti et al. 2022), so their activations are not replicated."""
     fp8: bool = True
     """It trains in fp8."""
+    fp16: bool = True
+    """It trains in fp16 (which needs loss scaling)."""
 
     def allows(
         self, zero_stage: int, pipeline: int, experts: bool = False, tensor: int = 1
@@ -183,6 +185,7 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
     "torchtitan": FrameworkLimits(
         (0, 1, 2, 3),
         1,
+        fp16=False,  # no loss scaling (its launcher refuses fp16)
         pipeline_p2p_overlap=True,
         selective_recompute="every-other-matmul",
         sync_every_micro_batch=True,

@@ -199,6 +199,14 @@ def _program_problems(spec: TrainingPlanSpec) -> list[tuple[str, str]]:
                 " megatron or torchtitan, or leave sequenceParallel unset",
             )
         )
+    if not limits.fp16 and spec.training.precision == "fp16":
+        problems.append(
+            (
+                "training.precision",
+                f"job.framework {spec.job.framework} has no fp16 training (no loss"
+                " scaling); use bf16, fp8 or fp32, or another framework",
+            )
+        )
     if not limits.fp8 and spec.training.precision == "fp8":
         problems.append(
             (
