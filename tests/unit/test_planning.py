@@ -19,13 +19,11 @@ from trainplan.api import (
     format_duration,
     parse_duration_seconds,
 )
-from trainplan.launcher.render import PlanRef, environment
 from trainplan.planner import Catalog, InfeasiblePlanError, PlanInputError, plan
 from trainplan.planner.planning import DEFAULT_GPU_CEILING
 from trainplan.planner.resolve import resolve, resolve_shape
 from trainplan.planner.search import candidate_gpu_counts
 from trainplan.planner.shapes import parameter_count
-from trainplan.runtime.config import load_config
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
@@ -747,15 +745,7 @@ def test_the_reference_trainer_is_planned_without_a_pipeline(catalog: Catalog) -
     default = plan(TrainingPlanSpec.model_validate(WIDE_70B), catalog)
     assert {layout.pipeline for layout in _chosen_layouts(default)} == {1}
     assert {layout.virtual_pipeline_stages for layout in _chosen_layouts(default)} == {1}
-    # The reference trainer itself accepts what the plan hands it (its exit-3 checks,
-    # `trainplan.runtime.config`, run on the rendered environment).
-    ref = PlanRef(name="wide", namespace="default")
-    shape, _ = resolve_shape(TrainingPlanSpec.model_validate(WIDE_70B), catalog)
-    variables = environment(ref, TrainingPlanSpec.model_validate(WIDE_70B), default, shape)
-    environ = {item["name"]: item["value"] for item in variables if "value" in item}
-    environ["WORLD_SIZE"] = str(default.gpus)
-    config = load_config([], environ)
-    assert config.layout.pipeline_parallel == 1
+    # (tests/unit/test_plans_launch.py runs the trainer's own checks on such plans.)
     # A program of the user's own under the reference framework reads the same
     # environment and may pipeline: the search offers pipelines again.
     own = {**WIDE_70B, "job": OWN_PROGRAM}

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests import torchtitan_upstream
+from tests.rendered_examples import training_container
 from trainplan.api import Plan, TrainingPlanSpec
 from trainplan.launcher import PlanRef, render_for
 from trainplan.planner import Catalog, plan
@@ -53,15 +54,6 @@ JOBS: dict[str, dict[str, Any]] = {
 IMAGE = "registry.example/train:1.0"
 
 
-def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    (workload,) = [obj for obj in objects if obj["kind"] in ("Job", "JobSet")]
-    spec = workload["spec"]
-    if workload["kind"] == "JobSet":
-        spec = spec["replicatedJobs"][0]["template"]["spec"]
-    (found,) = spec["template"]["spec"]["containers"]
-    return found  # type: ignore[no-any-return]
-
-
 def _layouts(result: Plan) -> list[Plan]:
     """The plan, and the plan with each alternative's layout."""
     per_node = result.gpus // result.nodes
@@ -85,7 +77,7 @@ def test_every_proposed_layout_launches(catalog: Catalog, name: str, framework: 
     spec = TrainingPlanSpec.model_validate(document)
     for candidate in _layouts(plan(spec, catalog)):
         objects = render_for(REF, spec, candidate, catalog)
-        container = _container(objects)
+        container = training_container(objects)
         if framework == "reference":
             environ = {item["name"]: item["value"] for item in container["env"] if "value" in item}
             environ["WORLD_SIZE"] = str(candidate.gpus)
@@ -119,7 +111,7 @@ def test_every_proposed_moe_and_fp8_layout_launches(catalog: Catalog, framework:
         "torchtitan": ("--parallelism.expert_parallel_degree", "--model.converters"),
     }[framework]
     for candidate in candidates:
-        args: list[str] = _container(render_for(REF, spec, candidate, catalog))["args"]
+        args: list[str] = training_container(render_for(REF, spec, candidate, catalog))["args"]
         assert args[args.index(expert_flag) + 1] == str(candidate.layout.expert)
         assert fp8_flag in args
 
@@ -144,7 +136,7 @@ def test_every_proposed_long_context_layout_launches(catalog: Catalog, framework
         "torchtitan": "--parallelism.context_parallel_degree",
     }[framework]
     for candidate in candidates:
-        args: list[str] = _container(render_for(REF, spec, candidate, catalog))["args"]
+        args: list[str] = training_container(render_for(REF, spec, candidate, catalog))["args"]
         if candidate.layout.context > 1:
             assert args[args.index(context_flag) + 1] == str(candidate.layout.context)
         else:

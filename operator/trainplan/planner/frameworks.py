@@ -64,12 +64,13 @@
   the weights and reduce-scatters the gradients on every micro-batch; with a pipeline,
   PyTorch's stage synchronises on the last backward only
   (`torch.distributed.pipelining.stage`, `backward_maybe_with_nosync`). Megatron-LM and
-  DeepSpeed hold the reduction until the last micro-batch.
+  DeepSpeed hold the reduction until the last micro-batch, but for ZeRO-2's
+  reduce-scatter, which runs after every micro-batch (`planner.steptime.data_comm_seconds`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainplan.planner.layout import ReductionOverlap, SelectiveRecompute
 from trainplan.planner.shapes import ModelShape
@@ -191,14 +192,9 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         sync_every_micro_batch=True,
     ),
 }
-REFERENCE_TRAINER = FrameworkLimits(
-    (0, 1, 2, 3),
-    2,
+REFERENCE_TRAINER = replace(
+    FRAMEWORK_LIMITS["reference"],
     reduction_overlap="except-unsharded-with-tensor",
-    tensor_splits_evenly=True,
-    context_parallel=False,
-    experts=False,
-    expert_parallel=False,
     pipelines=False,
     fp8=False,
 )

@@ -654,21 +654,14 @@ def data_comm_seconds(
     if layout.zero_stage >= 3:
         hidden = calibration.zero3_overlap * 3.0 * backward_seconds_per_micro_batch / 2.0
         return max(0.0, seconds - layout.accumulation_steps * hidden)
+    overlaps = _reduction_overlaps(workload, layout)
+    overlap = calibration.data_parallel_overlap
+    hidden = overlap * backward_seconds_per_micro_batch
 
     def exposed(exchange_seconds: float) -> float:
-        if workload.reduction_overlap == "sharded-without-pipeline" and (
-            layout.zero_stage == 0 or layout.pipeline > 1
-        ):
+        if not overlaps:
             return exchange_seconds
-        if workload.reduction_overlap == "except-unsharded-with-tensor" and (
-            layout.zero_stage == 0 and layout.tensor > 1
-        ):
-            return exchange_seconds
-        hidden = calibration.data_parallel_overlap * backward_seconds_per_micro_batch
-        return max(
-            exchange_seconds * (1 - calibration.data_parallel_overlap),
-            exchange_seconds - hidden,
-        )
+        return max(exchange_seconds * (1 - overlap), exchange_seconds - hidden)
 
     # Every micro-batch syncs where the framework does not hold gradients back until the
     # last one (`Workload.sync_every_micro_batch`): the whole exchange, each time.
@@ -679,6 +672,16 @@ def data_comm_seconds(
         scatter = _exchange_seconds(workload, layout, calibration, gradients_only=True)
         return exposed(seconds) + earlier * exposed(scatter)
     return exposed(seconds)
+
+
+def _reduction_overlaps(workload: Workload, layout: Layout) -> bool:
+    """Whether the framework overlaps the ZeRO 0-2 gradient reduction with the backward
+    pass in this layout (`Workload.reduction_overlap`)."""
+    if workload.reduction_overlap == "sharded-without-pipeline":
+        return layout.zero_stage > 0 and layout.pipeline == 1
+    if workload.reduction_overlap == "except-unsharded-with-tensor":
+        return layout.zero_stage > 0 or layout.tensor == 1
+    return True
 
 
 def _exchange_seconds(
