@@ -4,7 +4,8 @@
 `python -m trainplan.runtime.train` (each run a subprocess in its own process group) on
 the one GPU for GPT-style shapes from 125M to 1.3B parameters (sequence 2048, vocabulary
 50,304, tied embeddings, bf16 autocast, AdamW, TP1 PP1 DP1 ZeRO-0, gradient accumulation
-1), a bounded number of steps each, and writes `DIR/reference_gpu.json`: per shape the
+1; `--long` at 8,192 and 16,384 tokens, `--zero` with 4 micro-batches a step at ZeRO
+stages 0-3), a bounded number of steps each, and writes `DIR/reference_gpu.json`: per shape the
 shape and trainer flags, the median, 10th and 90th percentile step seconds after the
 warm-up steps, tokens per step, achieved model TFLOP/s and the GPU memory NVML saw in use,
 with the GPU's name, the torch version and the driver. `python -m
@@ -144,6 +145,8 @@ class Shape:
     tied_embeddings: bool
     micro_batch_size: int
     activation_checkpointing: str = "none"
+    zero_stage: int = 0
+    accumulation_steps: int = 1
     precision: str = "bf16"
     optimizer: str = "adamw"
     steps: int = 30
@@ -165,15 +168,15 @@ class Shape:
         }
 
     def layout(self) -> dict[str, int]:
-        """One GPU: TP1 PP1 DP1, ZeRO 0, no accumulation."""
+        """One GPU: TP1 PP1 DP1, the shape's ZeRO stage and accumulation."""
         return {
             "tensor_parallel": 1,
             "pipeline_parallel": 1,
             "data_parallel": 1,
-            "zero_stage": 0,
+            "zero_stage": self.zero_stage,
             "micro_batch_size": self.micro_batch_size,
-            "gradient_accumulation_steps": 1,
-            "global_batch_size": self.micro_batch_size,
+            "gradient_accumulation_steps": self.accumulation_steps,
+            "global_batch_size": self.micro_batch_size * self.accumulation_steps,
         }
 
     def identity(self) -> dict[str, Any]:
@@ -190,7 +193,7 @@ class Shape:
 
     @property
     def tokens_per_step(self) -> int:
-        return self.micro_batch_size * self.sequence_length
+        return self.micro_batch_size * self.accumulation_steps * self.sequence_length
 
     def trainer_flags(self) -> list[str]:
         """The trainer's flags for this shape (step log and describe file not included)."""
@@ -211,10 +214,10 @@ class Shape:
             "--tensor-parallel", "1",
             "--pipeline-parallel", "1",
             "--data-parallel", "1",
-            "--zero-stage", "0",
+            "--zero-stage", str(self.zero_stage),
             "--micro-batch-size", str(self.micro_batch_size),
-            "--gradient-accumulation-steps", "1",
-            "--global-batch-size", str(self.micro_batch_size),
+            "--gradient-accumulation-steps", str(self.accumulation_steps),
+            "--global-batch-size", str(self.micro_batch_size * self.accumulation_steps),
             "--precision", self.precision,
             "--optimizer", self.optimizer,
             "--activation-checkpointing", self.activation_checkpointing,
@@ -280,6 +283,27 @@ LONG_SHAPES: Final = (
         _gpt("gpt-1.3b-seq16384", 24, 2048, 16, 1, steps=15, timeout_seconds=70.0),
         sequence_length=16384,
     ),
+)
+
+ZERO_SHAPES: Final = tuple(
+    # The 1.3B model with 4 micro-batches a step at each ZeRO stage (`--zero`): on one
+    # GPU no stage shards anything, so the planner prices them alike; what differs is
+    # how the trainer runs them (DDP for 0; FSDP2 for 1-3, which casts the weights to
+    # bf16 once per gather instead of autocast at every matrix multiply, and
+    # reduce-scatters every micro-batch at stages 2 and 3).
+    _gpt(
+        f"gpt-1.3b-ga4-zero{stage}",
+        24,
+        2048,
+        16,
+        4,
+        zero_stage=stage,
+        accumulation_steps=4,
+        steps=16,
+        warmup_steps=4,
+        timeout_seconds=75.0,
+    )
+    for stage in range(4)
 )
 
 TINY_SHAPES: Final = (
@@ -529,8 +553,11 @@ def shape_result(
             problems.append(f"the trainer ran on {describe.get('device')}, not {device}")
         if describe.get("tokens_per_step") not in (None, tokens_per_step):
             problems.append(f"the trainer trains {describe.get('tokens_per_step')} tokens/step")
-    if sequences and sequences != {shape.micro_batch_size}:
+    if sequences and sequences != {shape.micro_batch_size * shape.accumulation_steps}:
         problems.append(f"the step log has {sorted(sequences)} sequences per step")
+    micro_batches = {line.micro_batches for line in step_log}
+    if micro_batches and micro_batches != {shape.accumulation_steps}:
+        problems.append(f"the step log has {sorted(micro_batches)} micro-batches per step")
     if len(steady) < MIN_STEADY_STEPS:
         problems.append(
             f"{len(steady)} steady steps after {shape.warmup_steps} warm-up steps "
@@ -967,7 +994,8 @@ def run(
                     continue
                 print(
                     f"{shape.name}: {shape.layers} layers x {shape.hidden_size}, micro-batch "
-                    f"{shape.micro_batch_size} x {shape.sequence_length}, recompute "
+                    f"{shape.micro_batch_size} x {shape.sequence_length} x "
+                    f"{shape.accumulation_steps}, ZeRO {shape.zero_stage}, recompute "
                     f"{shape.activation_checkpointing}, {shape.steps} steps "
                     f"(limit {min(shape.timeout_seconds, left):.0f} s)",
                     flush=True,
@@ -1018,6 +1046,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the 1.3B model at 8,192 and 16,384 tokens a sequence instead (one H200)",
     )
     parser.add_argument(
+        "--zero",
+        action="store_true",
+        help="the 1.3B model with 4 micro-batches a step at ZeRO stages 0-3 instead",
+    )
+    parser.add_argument(
         "--budget-seconds",
         type=float,
         default=DEFAULT_BUDGET_SECONDS,
@@ -1045,7 +1078,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     shapes: tuple[Shape, ...] = (
-        TINY_SHAPES if args.tiny else LONG_SHAPES if args.long else GPU_SHAPES
+        TINY_SHAPES
+        if args.tiny
+        else LONG_SHAPES
+        if args.long
+        else ZERO_SHAPES
+        if args.zero
+        else GPU_SHAPES
     )
     if args.only:
         names = {shape.name for shape in shapes}

@@ -75,6 +75,21 @@ def test_long_sequences_are_priced_slow_on_hopper(catalog: Catalog) -> None:
     assert 0.2 < errors["gpt-1.3b-seq16384"] < 0.45
 
 
+def test_zero_stages_with_accumulation_on_one_gpu(catalog: Catalog) -> None:
+    """The 1.3B model with 4 micro-batches a step at ZeRO 0-3 on one H200 (DDP for 0,
+    FSDP2 for 1-3, as the trainer runs each stage): on one GPU no stage communicates, so
+    the planner prices them alike, and every stage's measured step is within 4% of it and
+    inside its 10-90% range."""
+    document = load(DATA / "measured_reference_gpu_h200_zero.json")
+    comparisons = compare(document, catalog_gpu(catalog, document, None), catalog.calibration)
+    assert [c.name for c in comparisons] == [f"gpt-1.3b-ga4-zero{stage}" for stage in range(4)]
+    assert len({c.planned_seconds for c in comparisons}) == 1
+    for comparison in comparisons:
+        assert comparison.error is not None
+        assert abs(comparison.error) < 0.04
+        assert comparison.inside_range
+
+
 def test_the_range_holds_the_largest_model(measured: tuple[list[Comparison], float]) -> None:
     comparisons, _ = measured
     inside = {c.name for c in comparisons if c.inside_range}

@@ -13,10 +13,13 @@ import pytest
 from benchmarks import reference_gpu
 from benchmarks.reference_gpu import (
     GPU_SHAPES,
+    LONG_SHAPES,
     MIN_STEADY_STEPS,
     TINY_SHAPES,
+    ZERO_SHAPES,
     Shape,
     StepLine,
+    StepLogLine,
     model_flops_per_token,
     out_of_memory,
     parameter_count,
@@ -42,7 +45,7 @@ from trainplan.planner.steptime import step_time
 from trainplan.runtime.config import load_config
 from trainplan.runtime.train import StepLog
 
-ALL_SHAPES = (*GPU_SHAPES, *TINY_SHAPES)
+ALL_SHAPES = (*GPU_SHAPES, *LONG_SHAPES, *ZERO_SHAPES, *TINY_SHAPES)
 
 
 def test_a_trainer_step_line_parses() -> None:
@@ -132,9 +135,10 @@ def test_the_trainer_reads_the_shape_from_the_flags(shape: Shape) -> None:
     assert {name: getattr(config.model, name) for name in shape.model()} == shape.model()
     layout = config.layout
     assert (layout.world_size, layout.tensor_parallel, layout.data_parallel) == (1, 1, 1)
-    assert layout.zero_stage == 0
-    assert layout.gradient_accumulation_steps == 1
-    assert layout.micro_batch_size == layout.global_batch_size == shape.micro_batch_size
+    assert layout.zero_stage == shape.zero_stage
+    assert layout.gradient_accumulation_steps == shape.accumulation_steps
+    assert layout.micro_batch_size == shape.micro_batch_size
+    assert layout.global_batch_size == shape.micro_batch_size * shape.accumulation_steps
     assert config.total_steps == shape.steps
     assert config.activation_checkpointing == shape.activation_checkpointing
     assert config.precision == shape.precision
@@ -190,6 +194,16 @@ def test_a_shape_result_refuses_too_few_steps_and_a_different_model() -> None:
     assert few["status"].startswith("failed: 2 steady steps")
     other = shape_result(shape, _lines([1.0] * 8), [], {"parameters": 1})
     assert "the trainer counts 1 parameters" in other["status"]
+
+
+def test_a_step_log_of_other_micro_batches_is_no_measurement() -> None:
+    shape = dataclasses.replace(ZERO_SHAPES[3], steps=8, warmup_steps=2)
+    right = [StepLogLine(i + 1, 10.0, 4, 16) for i in range(8)]
+    assert shape_result(shape, _lines([1.0] * 8), right, None)["status"] == "ok"
+    fewer = [StepLogLine(i + 1, 10.0, 1, 4) for i in range(8)]
+    status = shape_result(shape, _lines([1.0] * 8), fewer, None)["status"]
+    assert "[4] sequences per step" in status
+    assert "[1] micro-batches per step" in status
 
 
 def test_a_full_recompute_shape_executes_more_than_its_model_flops() -> None:
