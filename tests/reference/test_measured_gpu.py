@@ -75,18 +75,30 @@ def test_long_sequences_are_priced_slow_on_hopper(catalog: Catalog) -> None:
     assert 0.2 < errors["gpt-1.3b-seq16384"] < 0.45
 
 
-def test_zero_stages_with_accumulation_on_one_gpu(catalog: Catalog) -> None:
-    """The 1.3B model with 4 micro-batches a step at ZeRO 0-3 on one H200 (DDP for 0,
+ZERO_STAGES = {
+    "H200-SXM-141GB": (DATA / "measured_reference_gpu_h200_zero.json", 0.04),
+    "H100-SXM5-80GB": (DATA / "measured_reference_gpu_h100_zero.json", 0.06),
+}
+"""Catalog GPU: (the ZeRO-stage run, the largest error the planner makes on it)."""
+
+
+@pytest.mark.parametrize("gpu_name", sorted(ZERO_STAGES))
+def test_zero_stages_with_accumulation_on_one_gpu(gpu_name: str, catalog: Catalog) -> None:
+    """The 1.3B model with 4 micro-batches a step at ZeRO 0-3 on one GPU (DDP for 0,
     FSDP2 for 1-3, as the trainer runs each stage): on one GPU no stage communicates, so
-    the planner prices them alike, and every stage's measured step is within 4% of it and
-    inside its 10-90% range."""
-    document = load(DATA / "measured_reference_gpu_h200_zero.json")
-    comparisons = compare(document, catalog_gpu(catalog, document, None), catalog.calibration)
+    the planner prices them alike, and every stage's measured step is within 4% of it on
+    the H200 and 6% on the H100 (where DDP's per-matmul casts weigh more), inside its
+    10-90% range."""
+    path, largest_error = ZERO_STAGES[gpu_name]
+    document = load(path)
+    gpu = catalog_gpu(catalog, document, None)
+    assert gpu.name == gpu_name
+    comparisons = compare(document, gpu, catalog.calibration)
     assert [c.name for c in comparisons] == [f"gpt-1.3b-ga4-zero{stage}" for stage in range(4)]
     assert len({c.planned_seconds for c in comparisons}) == 1
     for comparison in comparisons:
         assert comparison.error is not None
-        assert abs(comparison.error) < 0.04
+        assert abs(comparison.error) < largest_error
         assert comparison.inside_range
 
 
