@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+from benchmarks.arguments import benchmark_parser
+
 BENCHMARKS = (
     ("planner speed", "benchmarks.planner_speed"),
     ("planner accuracy", "benchmarks.accuracy"),
@@ -45,6 +47,7 @@ NOT_HERE = (
 
 
 def main() -> int:
+    benchmark_parser("benchmarks", __doc__).parse_args()
     rows = []
     for title, module in BENCHMARKS:
         print(f"\n## {title} (python -m {module})\n", flush=True)

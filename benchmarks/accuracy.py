@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from benchmarks.arguments import benchmark_parser
 from benchmarks.reference_data import (
     STEP_FIT_RUNS,
     BenchmarkRow,
@@ -335,6 +336,7 @@ def report(catalog: Catalog) -> str:
 
 
 def main() -> None:
+    benchmark_parser("benchmarks.accuracy", __doc__).parse_args()
     print(report(load_catalog()))
 
 

@@ -14,7 +14,6 @@ goal is missed.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import resource
@@ -23,6 +22,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.arguments import benchmark_parser
 
 GOAL_RATIO = 1.5
 REPEATS = 15
@@ -59,7 +60,7 @@ def run_once(command: list[str]) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = benchmark_parser("benchmarks.cli_startup", __doc__)
     parser.add_argument("--repeats", type=int, default=REPEATS)
     args = parser.parse_args(argv)
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in COMMANDS}

@@ -29,6 +29,7 @@ from functools import cache
 
 import numpy as np
 
+from benchmarks.arguments import benchmark_parser
 from trainplan.api import Plan, TrainingPlanSpec
 from trainplan.planner import Catalog, load_catalog, plan
 from trainplan.planner.cluster_fit import (
@@ -232,6 +233,7 @@ def outlier_shift(catalog: Catalog, truth: object) -> float:
 
 
 def main() -> None:
+    benchmark_parser("benchmarks.cluster_calibration", __doc__).parse_args()
     catalog = load_catalog()
     truth = make_truth(catalog)
     print(

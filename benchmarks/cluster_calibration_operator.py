@@ -36,7 +36,6 @@ corrected by all the records so far, or a record missing.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import bisect
 import functools
@@ -56,6 +55,7 @@ import kmock
 import numpy as np
 from aiohttp import web
 
+from benchmarks.arguments import benchmark_parser
 from benchmarks.cluster_calibration import (
     CHECKPOINTS,
     FAILURE_RATE_MULTIPLE,
@@ -768,7 +768,7 @@ def report(results: Sequence[Result]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = benchmark_parser("benchmarks.cluster_calibration_operator", __doc__)
     parser.add_argument(
         "--checkpoints",
         default=",".join(str(c) for c in CHECKPOINTS),

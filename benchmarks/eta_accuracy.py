@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from benchmarks.arguments import benchmark_parser
 from tests.runtime.train_harness import worker_pids
 from trainplan.api import parse_training_plan_spec
 from trainplan.eta import naive_remaining_seconds
@@ -95,7 +96,13 @@ def score(revisions: list[Revision]) -> tuple[float, list[tuple[float, float, fl
 
 
 def main() -> int:
-    fleet_prior = "--fleet-prior" in sys.argv[1:]
+    parser = benchmark_parser("benchmarks.eta_accuracy", __doc__)
+    parser.add_argument(
+        "--fleet-prior",
+        action="store_true",
+        help="plan with the fleet's default failure rate instead of the injected one",
+    )
+    fleet_prior = bool(parser.parse_args().fleet_prior)
     local = _local_plan(fleet_prior)
     agents: list[int] = []
     killed: list[int] = []

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchmarks.arguments import benchmark_parser
 from benchmarks.eta_runs import Rampup, Regime, Scheduled, SimulatedRun, simulate
 from trainplan.eta import PlanFacts
 from trainplan.planner.reliability import estimate_reliability
@@ -431,7 +432,14 @@ def write_trace(rebuilt: Rebuilt, path: Path) -> None:
 
 
 def main() -> int:
-    output = Path(sys.argv[1]) if len(sys.argv) > 1 else None
+    parser = benchmark_parser("benchmarks.eta_chronicles", __doc__)
+    parser.add_argument(
+        "output",
+        nargs="?",
+        type=Path,
+        help="directory to write each trace to as JSON Lines (<name>.jsonl)",
+    )
+    output: Path | None = parser.parse_args().output
     for chronicle in CHRONICLES:
         rebuilt = rebuild(chronicle)
         run = rebuilt.run

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
+from benchmarks.arguments import benchmark_parser
 from benchmarks.eta_chronicles import CHRONICLES, Chronicle, rebuild
 from benchmarks.eta_runs import Failures, Regime, Slowdowns, simulate
 from trainplan.eta.backtest import METHODS, PROGRESS_POINTS, Score, replay, score
@@ -374,7 +375,11 @@ def check_goals(
 
 
 def main() -> int:
-    quick = "--quick" in sys.argv[1:]
+    parser = benchmark_parser("benchmarks.eta_real_scale", __doc__)
+    parser.add_argument(
+        "--quick", action="store_true", help="a small version: finite estimates, no goals"
+    )
+    quick = bool(parser.parse_args().quick)
     started = time.monotonic()
     work = cases(quick)
     workers = min(len(work), os.cpu_count() or 1)

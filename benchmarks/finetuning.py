@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, cast
 
+from benchmarks.arguments import benchmark_parser
 from trainplan.planner import Catalog, load_catalog
 from trainplan.planner.finetune import FineTuning, LoraTargets, Method
 from trainplan.planner.layout import Checkpointing, Layout, Workload
@@ -214,6 +215,7 @@ def report(rows: Sequence[Row], left_out: Sequence[tuple[str, str]]) -> str:
 
 
 def main() -> int:
+    benchmark_parser("benchmarks.finetuning", __doc__).parse_args()
     rows, left_out = compare(load_catalog())
     print(report(rows, left_out))
     return 0

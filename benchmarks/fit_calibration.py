@@ -12,7 +12,6 @@ With `--write` it stores the result in `trainplan/planner/data/calibration.yaml`
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from benchmarks.accuracy import (
     run_choice,
     run_gpu_hours_of,
 )
+from benchmarks.arguments import benchmark_parser
 from benchmarks.reference_data import STEP_FIT_RUNS, RunRow, run_rows
 from trainplan.planner.calibration import (
     ArchitectureEfficiency,
@@ -189,7 +189,7 @@ def _rounded(value: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser("benchmarks.fit_calibration", __doc__)
     parser.add_argument("--write", action="store_true", help="store the fitted constants")
     args = parser.parse_args()
     catalog = load_catalog()

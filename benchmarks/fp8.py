@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, cast
 
+from benchmarks.arguments import benchmark_parser
 from trainplan.planner import Catalog, load_catalog
 from trainplan.planner.frameworks import ANY_FRAMEWORK, FRAMEWORK_LIMITS
 from trainplan.planner.layout import Checkpointing, Layout, Precision, Workload
@@ -160,6 +161,7 @@ def report(pairs: Sequence[Pair], left_out: Sequence[tuple[str, str]]) -> str:
 
 
 def main() -> int:
+    benchmark_parser("benchmarks.fp8", __doc__).parse_args()
     pairs, left_out = compare(load_catalog())
     print(report(pairs, left_out))
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from benchmarks.accuracy import Prediction, predict_benchmarks, run_gpu_hours
+from benchmarks.arguments import benchmark_parser
 from benchmarks.fit_calibration import fit
 from benchmarks.reference_data import STEP_FIT_RUNS, benchmark_rows, run_rows
 from trainplan.planner.calibration import Calibration
@@ -60,6 +61,7 @@ def groups(catalog: Catalog) -> dict[str, frozenset[str]]:
 
 
 def main() -> None:
+    benchmark_parser("benchmarks.holdout", __doc__).parse_args()
     catalog = load_catalog()
     in_sample = {p.row_id: p for p in predict_benchmarks(catalog, catalog.calibration)}
     for row in run_rows(catalog):

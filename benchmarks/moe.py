@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, cast
 
+from benchmarks.arguments import benchmark_parser
 from benchmarks.plan_ranges import quantile
 from trainplan.api import TrainingPlanSpec
 from trainplan.planner import Catalog, load_catalog, plan
@@ -354,6 +355,7 @@ def report(
 
 
 def main() -> int:
+    benchmark_parser("benchmarks.moe", __doc__).parse_args()
     catalog = load_catalog()
     rows, left_out = load_rows(catalog)
     evaluation = evaluate(rows, catalog.calibration)

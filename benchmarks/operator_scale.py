@@ -20,7 +20,6 @@ is missed.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -40,6 +39,7 @@ import kmock
 import yaml
 from aiohttp import web
 
+from benchmarks.arguments import benchmark_parser
 from benchmarks.reporter_overhead import cpu_model
 from tests.integration.harness import (
     JOBS,
@@ -353,7 +353,7 @@ def report(result: Result) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = benchmark_parser("benchmarks.operator_scale", __doc__)
     parser.add_argument("--plans", type=int, default=1000)
     parser.add_argument("--interval", type=float, default=10.0, help="ETA interval, seconds")
     parser.add_argument("--rounds", type=int, default=3)

@@ -30,6 +30,7 @@ from llm_analysis.config import (
 
 from benchmarks import whole_runs
 from benchmarks.accuracy import best_pinned
+from benchmarks.arguments import benchmark_parser
 from benchmarks.reference_data import BenchmarkRow, RunRow, benchmark_rows, run_rows
 from trainplan.planner.catalog import Catalog, load_catalog
 from trainplan.planner.layout import Layout, Workload
@@ -273,6 +274,7 @@ def _runs_report(runs: Sequence[PeerRun]) -> list[str]:
 
 
 def main() -> None:
+    benchmark_parser("benchmarks.peers", __doc__).parse_args()
     # llm-analysis logs every summary at INFO and warns of what it does not model.
     logging.getLogger("llm_analysis").setLevel(logging.ERROR)
     logging.disable(logging.WARNING)

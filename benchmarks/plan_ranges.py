@@ -17,11 +17,11 @@ plan's own figure inside it (p10 <= 1 <= p90). About 3 minutes (one refit per gr
 
 from __future__ import annotations
 
-import argparse
 import re
 from importlib import resources
 
 from benchmarks.accuracy import predict_benchmarks
+from benchmarks.arguments import benchmark_parser
 from benchmarks.fit_calibration import fit
 from benchmarks.holdout import _neutral, groups
 from benchmarks.whole_runs import evaluate
@@ -91,7 +91,7 @@ def _write(values: dict[str, float]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser("benchmarks.plan_ranges", __doc__)
     parser.add_argument("--write", action="store_true", help="store the ratios")
     args = parser.parse_args()
     catalog = load_catalog()

@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+from benchmarks.arguments import benchmark_parser
 from trainplan.api import TrainingPlanSpec
 from trainplan.planner import Catalog, PlanInputError, load_catalog, plan
 
@@ -109,6 +110,7 @@ def cpu_seconds(spec: TrainingPlanSpec, catalog: Catalog, repeats: int = REPEATS
 
 
 def main() -> int:
+    benchmark_parser("benchmarks.planner_speed", __doc__).parse_args()
     catalog = load_catalog()
     print(
         f"machine: {platform.machine()}, {platform.processor() or 'cpu'},"

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from benchmarks.arguments import benchmark_parser
 from trainplan.runtime import TrainingReporter
 
 GOAL_SECONDS = 20e-6
@@ -50,6 +51,7 @@ def cpu_model() -> str:
 
 
 def main() -> int:
+    benchmark_parser("benchmarks.reporter_overhead", __doc__).parse_args()
     print(
         f"machine: {platform.machine()}, {cpu_model()}, {os.cpu_count()} cores,"
         f" Python {platform.python_version()}, {platform.system()} {platform.release()}"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, cast
 
+from benchmarks.arguments import benchmark_parser
 from trainplan.planner import Catalog, load_catalog
 from trainplan.planner.layout import Precision, Workload
 from trainplan.planner.serving import MAX_BATCH, ServingLoad, price_replica
@@ -138,6 +139,7 @@ def report(rows: Sequence[Row], left_out: Sequence[str]) -> str:
 
 
 def main() -> int:
+    benchmark_parser("benchmarks.serving", __doc__).parse_args()
     rows, left_out = compare(load_catalog())
     print(report(rows, left_out))
     return 0

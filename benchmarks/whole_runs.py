@@ -25,6 +25,7 @@ from benchmarks.accuracy import (
     run_gpu_hours_of,
     run_settings,
 )
+from benchmarks.arguments import benchmark_parser
 from benchmarks.fit_calibration import fit_goodput
 from benchmarks.reference_data import RunRow, other_reading, run_rows
 from trainplan.planner.calibration import Calibration
@@ -196,6 +197,7 @@ def report(catalog: Catalog) -> str:
 
 
 def main() -> None:
+    benchmark_parser("benchmarks.whole_runs", __doc__).parse_args()
     catalog = load_catalog()
     print(report(catalog))
     calibration = replace(catalog.calibration)
