@@ -28,6 +28,7 @@ from benchmarks.accuracy import (
 from benchmarks.arguments import benchmark_parser
 from benchmarks.fit_calibration import fit_goodput
 from benchmarks.reference_data import RunRow, other_reading, run_rows
+from trainplan.api import format_count
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.catalog import Catalog, load_catalog
 from trainplan.planner.layout import Layout
@@ -152,6 +153,21 @@ def other_reading_summary(catalog: Catalog) -> str:
     )
 
 
+def by_gpu(results: Sequence[RunResult], rows: Sequence[RunRow]) -> list[str]:
+    """The held-out errors of the rows priced, per GPU: how many runs, the median absolute
+    error and the median signed error (positive: planned above the published hours)."""
+    gpu_of = {row.row_id: row.workload.gpu.name for row in rows}
+    errors: dict[str, list[float]] = {}
+    for r in results:
+        if math.isfinite(r.held_out):
+            errors.setdefault(gpu_of[r.row_id], []).append(RunResult.error(r.held_out, r.published))
+    return [
+        f"{gpu}: {format_count(len(found), 'run')}, median absolute error"
+        f" {statistics.median(map(abs, found)):.1%}, median error {statistics.median(found):+.1%}"
+        for gpu, found in sorted(errors.items())
+    ]
+
+
 def report(catalog: Catalog) -> str:
     """The whole-run table of BENCHMARKS.md, as markdown."""
     results = evaluate(catalog)
@@ -187,6 +203,11 @@ def report(catalog: Catalog) -> str:
         median, mean = _summary(values)
         lines.append("")
         lines.append(f"- {name}: median absolute error {median:.1%}, mean {mean:.1%}")
+    lines.append("")
+    lines.append(
+        "- trainplan, leave one source out, by GPU: "
+        + "; ".join(by_gpu(results, list(run_rows(catalog))))
+    )
     lines.append("")
     lines.append(f"- {other_reading_summary(catalog)}")
     lines.insert(

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.accuracy import run_choice, run_gpu_hours_of
 from benchmarks.reference_data import DATA_DIR, other_reading, run_group, run_rows
-from benchmarks.whole_runs import describe_pins, why_nothing_fits
+from benchmarks.whole_runs import RunResult, by_gpu, describe_pins, why_nothing_fits
 from trainplan.planner import Catalog
 from trainplan.planner.reliability import estimate_reliability, whole_run_compute_seconds
 from trainplan.planner.search import LayoutPins
@@ -182,3 +182,22 @@ def test_bloomberggpt_is_priced_on_its_published_zero3_layout(catalog: Catalog) 
     assert choice is not None
     assert (choice.layout.data, choice.layout.zero_stage) == (512, 3)
     assert row.workload.shape.dropout is False
+
+
+def test_held_out_errors_are_summarised_per_gpu(catalog: Catalog) -> None:
+    rows = list(run_rows(catalog))
+    a100 = [row for row in rows if row.workload.gpu.name == "A100-SXM4-40GB"][:3]
+    h100 = [row for row in rows if row.workload.gpu.name == "H100-SXM5-80GB"][:1]
+    planned = {a100[0].row_id: 1.1, a100[1].row_id: 0.8, a100[2].row_id: 1.05, h100[0].row_id: 1.3}
+
+    def result(row_id: str, ratio: float) -> RunResult:
+        return RunResult(
+            row_id, "", 100.0, ratio * 100.0, ratio * 100.0, 0.9, 100.0, "-", "-", None
+        )
+
+    results = [result(row_id, ratio) for row_id, ratio in planned.items()]
+    results.append(result(rows[-1].row_id, math.inf))  # nothing fits: left out
+    lines = by_gpu(results, rows)
+    assert lines[0].startswith("A100-SXM4-40GB: 3 runs, median absolute error 10.0%")
+    assert lines[0].endswith("median error +5.0%")
+    assert lines[-1] == "H100-SXM5-80GB: 1 run, median absolute error 30.0%, median error +30.0%"
