@@ -38,16 +38,21 @@ def test_the_benchmarks_with_a_command_are_found() -> None:
     assert len(COMMANDS) >= 20
 
 
+def _exit_code(module: str, argument: str, monkeypatch: pytest.MonkeyPatch) -> object:
+    """The exit code of `python -m <module> <argument>`, run in this process."""
+    main = _main(module)
+    assert main is not None
+    monkeypatch.setattr("sys.argv", [module, argument])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    return stopped.value.code
+
+
 @pytest.mark.parametrize("module", COMMANDS)
 def test_help_describes_the_benchmark_and_runs_nothing(
     module: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    main = _main(module)
-    assert main is not None
-    monkeypatch.setattr("sys.argv", [module, "--help"])
-    with pytest.raises(SystemExit) as stopped:
-        main()
-    assert stopped.value.code == 0
+    assert _exit_code(module, "--help", monkeypatch) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m ")
     assert len(out.splitlines()) >= 3  # the usage line and a description
@@ -57,11 +62,6 @@ def test_help_describes_the_benchmark_and_runs_nothing(
 def test_an_unknown_argument_is_refused(
     module: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    main = _main(module)
-    assert main is not None
-    monkeypatch.setattr("sys.argv", [module, "--no-such-option"])
-    with pytest.raises(SystemExit) as stopped:
-        main()
-    assert stopped.value.code == 2
+    assert _exit_code(module, "--no-such-option", monkeypatch) == 2
     # the unknown option, or first a required one that is missing
     assert f"python -m {module.removesuffix('.__main__')}: error:" in capsys.readouterr().err
