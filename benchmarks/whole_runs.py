@@ -132,10 +132,9 @@ def _summary(errors: list[float]) -> tuple[float, float]:
     return statistics.median(absolute), sum(absolute) / len(absolute)
 
 
-def other_reading_summary(catalog: Catalog) -> str:
-    """The held-out median and mean with every row whose source does not say how it
-    counted its GPU-hours (`RunRow.hours_basis_stated`) read the other way."""
-    rows = list(run_rows(catalog))
+def other_reading_summary(catalog: Catalog, rows: Sequence[RunRow]) -> str:
+    """The held-out median and mean with every row of `rows` whose source does not say
+    how it counted its GPU-hours (`RunRow.hours_basis_stated`) read the other way."""
     unstated = [row.row_id for row in rows if not row.hours_basis_stated]
     if not unstated:
         return "Every source says how it counted its GPU-hours."
@@ -170,7 +169,8 @@ def by_gpu(results: Sequence[RunResult], rows: Sequence[RunRow]) -> list[str]:
 
 def report(catalog: Catalog) -> str:
     """The whole-run table of BENCHMARKS.md, as markdown."""
-    results = evaluate(catalog)
+    rows = list(run_rows(catalog))
+    results = evaluate(catalog, rows)
     lines = [
         "| row | published GPU-h | trainplan in sample | error | trainplan held out"
         " (goodput) | error | 6ND at 40% | error | published layout | trainplan layout |",
@@ -204,12 +204,9 @@ def report(catalog: Catalog) -> str:
         lines.append("")
         lines.append(f"- {name}: median absolute error {median:.1%}, mean {mean:.1%}")
     lines.append("")
-    lines.append(
-        "- trainplan, leave one source out, by GPU: "
-        + "; ".join(by_gpu(results, list(run_rows(catalog))))
-    )
+    lines.append("- trainplan, leave one source out, by GPU: " + "; ".join(by_gpu(results, rows)))
     lines.append("")
-    lines.append(f"- {other_reading_summary(catalog)}")
+    lines.append(f"- {other_reading_summary(catalog, rows)}")
     lines.insert(
         0,
         f"{len(results)} runs ({pinned} with a published layout); summaries over {rows_in}.\n",
