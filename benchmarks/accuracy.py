@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from benchmarks.arguments import benchmark_parser
+from benchmarks.fp8 import fitted_rows, priced_layout
 from benchmarks.reference_data import (
     STEP_FIT_RUNS,
     BenchmarkRow,
@@ -96,6 +97,24 @@ def predict_benchmarks(catalog: Catalog, calibration: Calibration) -> list[Predi
     for row in benchmark_rows(catalog):
         choice = best_pinned(row.workload, row.gpus, row.pins, calibration)
         predictions.append(_prediction(row, choice))
+    return predictions
+
+
+def predict_megatron(catalog: Catalog, calibration: Calibration) -> list[Prediction]:
+    """NeMo's bf16 rows on H100 (`benchmarks.fp8.fitted_rows`), each on its exact layout
+    under Megatron-LM's kernels and schedules; the baseline is 6ND at 40%."""
+    predictions = []
+    for record in fitted_rows(catalog):
+        workload, layout = priced_layout(catalog, record)
+        predictions.append(
+            Prediction(
+                record["id"],
+                float(record["step_seconds"]),
+                step_time(workload, layout, calibration).step_seconds,
+                baseline_step_seconds(workload, layout.gpus),
+                layout.describe(),
+            )
+        )
     return predictions
 
 
@@ -265,6 +284,12 @@ def report(catalog: Catalog) -> str:
     lines = _markdown_predictions(
         "Step time, published_benchmarks.csv (every pin of the row applied)",
         [p for p in predictions if p.in_fit],
+        "s",
+    )
+    lines += _markdown_predictions(
+        "Step time of Megatron-Core on H100: NeMo's bf16 rows of published_fp8.csv (every"
+        " layout as published)",
+        predict_megatron(catalog, calibration),
         "s",
     )
     off_catalog = [p for p in predictions if not p.in_fit]

@@ -2,7 +2,9 @@
 
 `python -m benchmarks.fit_calibration [--write]` minimises, by bounded least squares
 (scipy), the log errors of predicted step time on `published_benchmarks.csv` (every pin
-of each row applied) and of GPU-hours of the two LLaMA-1 runs priced as steady steps
+of each row applied) and on NeMo's bf16 rows on H100 of `published_fp8.csv`
+(`benchmarks.fp8.fitted_rows`, which alone set Megatron-Core's Hopper matrix-multiply
+efficiency), and of GPU-hours of the two LLaMA-1 runs priced as steady steps
 (`STEP_FIT_RUNS`), plus, for the vTrain sweeps, each layout's log error relative to its
 model's mean (so the sweeps shape the ranking of layouts, and the benchmarks and runs the
 level). Then, with those constants fixed, the whole-run goodput (`fit_goodput`) on every
@@ -25,6 +27,7 @@ from scipy.optimize import least_squares
 
 from benchmarks.accuracy import (
     predict_benchmarks,
+    predict_megatron,
     predict_sweeps,
     run_choice,
     run_gpu_hours_of,
@@ -72,6 +75,25 @@ def _arch_parameter(
     return Parameter(f"{arch}.{field}", low, high, get, set_)
 
 
+def _megatron_parameter(arch: str, field: str, low: float, high: float) -> Parameter:
+    """Megatron-Core's own value of `field` (`gemm_efficiency` or
+    `flash_attention_efficiency`) on `arch`, starting from the PyTorch kernels' where the
+    calibration has none yet."""
+
+    def get(calibration: Calibration) -> float:
+        entry = calibration.architecture(arch)
+        own = getattr(entry, f"megatron_{field}")
+        return float(getattr(entry, field) if own is None else own)
+
+    def set_(calibration: Calibration, value: float) -> Calibration:
+        architectures = dict(calibration.architectures)
+        changes: dict[str, Any] = {f"megatron_{field}": value}
+        architectures[arch] = replace(architectures[arch], **changes)
+        return replace(calibration, architectures=tuple(architectures.items()))
+
+    return Parameter(f"{arch}.megatron_{field}", low, high, get, set_)
+
+
 def _parameter(field: str, low: float, high: float) -> Parameter:
     def set_(calibration: Calibration, value: float) -> Calibration:
         changes: dict[str, Any] = {field: value}
@@ -82,7 +104,9 @@ def _parameter(field: str, low: float, high: float) -> Parameter:
 
 PARAMETERS = (
     # Only A100 and H100 have published measurements here: other architectures take the
-    # A100 values, and the H100 its own matrix-multiply efficiency.
+    # A100 values, and the H100 its own matrix-multiply efficiency, for PyTorch's kernels
+    # (MosaicML's rows) and for Megatron-Core's (NeMo's rows). On the A100, Megatron-LM's
+    # and MosaicML's rows share one value (no published gap between the two there).
     _arch_parameter("ampere", "gemm_efficiency", 0.5, 0.95, also=("default",)),
     _arch_parameter("ampere", "hbm_efficiency", 0.4, 0.95, also=("default", "hopper")),
     _arch_parameter("ampere", "flash_attention_efficiency", 0.2, 0.8, also=("default", "hopper")),
@@ -90,6 +114,8 @@ PARAMETERS = (
         "ampere", "kernel_overhead_seconds_per_layer", 0.0, 0.002, also=("default", "hopper")
     ),
     _arch_parameter("hopper", "gemm_efficiency", 0.4, 0.95),
+    _megatron_parameter("hopper", "gemm_efficiency", 0.4, 0.95),
+    _megatron_parameter("hopper", "flash_attention_efficiency", 0.2, 0.8),
     _parameter("elementwise_bytes_per_hidden", 4.0, 120.0),
     _parameter("standard_attention_bytes_per_score", 2.0, 40.0),
     _parameter("nvlink_efficiency", 0.3, 0.95),
@@ -112,7 +138,10 @@ def residuals(
     """Log errors to minimise; rows whose id is in `held_out` are left out."""
     errors = [
         math.log(p.predicted / p.measured) if math.isfinite(p.predicted) else 3.0
-        for p in predict_benchmarks(catalog, calibration)
+        for p in (
+            *predict_benchmarks(catalog, calibration),
+            *predict_megatron(catalog, calibration),
+        )
         if p.row_id not in held_out and p.in_fit
     ]
     by_model: dict[str, list[float]] = defaultdict(list)

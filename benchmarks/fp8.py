@@ -3,9 +3,14 @@ and bf16 runs (tests/data/published_fp8.csv), never fitted to them.
 
 Each pair is one model, GPU count and layout (context parallelism included) in both
 precisions. A pair is priced when its model is a catalog preset (Llama 3.1 8B/70B/405B,
-GPT-3 175B) and its GPU a catalog GPU. Its published speed-up (bf16 step / fp8 step) is
-compared with the planner's, and each step time with the planner's. Prints a markdown
-table; exits 0 (tolerances: tests/reference/test_fp8.py).
+GPT-3 175B) or a Nemotron-4 shape (`SHAPES`) and its GPU a catalog GPU. Its published
+speed-up (bf16 step / fp8 step) is compared with the planner's, and each step time with
+the planner's. Prints a markdown table; exits 0 (tolerances: tests/reference/test_fp8.py).
+
+The speed-ups are never fitted. The bf16 step times of NeMo on the catalog's H100
+(`fitted_rows`) are: they are the only published measurements of Megatron-Core's kernels
+on Hopper, and `benchmarks.fit_calibration` fits
+`ArchitectureEfficiency.megatron_gemm_efficiency` to them.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from typing import Final, cast
 
 from benchmarks.arguments import benchmark_parser
 from trainplan.planner import Catalog, load_catalog
-from trainplan.planner.frameworks import ANY_FRAMEWORK, FRAMEWORK_LIMITS
+from trainplan.planner.calibration import Calibration
+from trainplan.planner.frameworks import ANY_FRAMEWORK, FRAMEWORK_LIMITS, with_framework
 from trainplan.planner.layout import Checkpointing, Layout, Precision, Workload
+from trainplan.planner.shapes import ModelShape
 from trainplan.planner.steptime import step_time
 
 DATA: Final = Path(__file__).resolve().parent.parent / "tests" / "data" / "published_fp8.csv"
@@ -36,9 +43,50 @@ PRESETS: Final = {
 }
 """Published model names that are catalog presets."""
 
+
+def _nemotron(layers: int, hidden: int, heads: int) -> ModelShape:
+    """A Nemotron-4 shape: 8 key/value heads, a squared-ReLU MLP 4x the hidden size,
+    untied embeddings, no dropout (NVIDIA/NeMo nemo/collections/llm/gpt/model/nemotron.py
+    at 0037ec8c: NemotronConfig, Nemotron4Config15B and Nemotron4Config340B), a vocabulary
+    of 256,000 (Parmar et al. 2024, arXiv 2402.16819, section 2)."""
+    return ModelShape(
+        layers=layers,
+        hidden_size=hidden,
+        attention_heads=heads,
+        kv_heads=8,
+        ffn_hidden_size=4 * hidden,
+        gated_mlp=False,
+        vocab_size=256000,
+        sequence_length=4096,
+        tied_embeddings=False,
+        dropout=False,
+    )
+
+
+SHAPES: Final = {
+    "Nemotron-4 15B": _nemotron(32, 6144, 48),
+    "Nemotron-4 340B": _nemotron(96, 18432, 96),
+}
+"""Published models that are no catalog preset."""
+
+FRAMEWORKS: Final = {"nemo": "megatron", "torchtitan": "torchtitan", "torchao": "torchtitan"}
+"""The trainplan framework each published framework prices as: NeMo trains with
+Megatron-Core (its kernels, distributed optimizer and pipeline schedules); torchao's
+float8 benchmarks ran torchtitan."""
+
+TENSOR_COMM_OVERLAP: Final = ("nemo",)
+"""Frameworks whose published runs overlap the sequence-parallel collectives with the
+matrix multiplies (`Workload.tensor_comm_overlap`): NeMo's H100 configurations turn it on
+(the rows' notes: 'TP comm overlap on' in the NeMo 1.0 launcher configs; NeMo 2.0's
+performance scripts set `MegatronCommOverlapCallback`'s userbuffer configuration, e.g.
+NVIDIA/NeMo scripts/performance/llm/pretrain_llama31_405b.py at 04ecf8dd)."""
+
 ZERO_STAGES: Final = {"torchtitan": 3, "torchao": 3}
 """FSDP shards weights, gradients and optimizer state; NeMo's distributed optimizer is
 ZeRO-1 (the default for other frameworks)."""
+
+FITTED_GPU: Final = "H100-SXM5-80GB"
+"""NeMo's bf16 rows on this part (DGX H100, the catalog's entry) are fitted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +114,7 @@ class Pair:
 
 
 def _why_not(catalog: Catalog, record: dict[str, str]) -> str | None:
-    if record["model"] not in PRESETS:
+    if record["model"] not in PRESETS and record["model"] not in SHAPES:
         return "model not a catalog preset"
     try:
         catalog.gpu(record["gpu_type"])
@@ -77,10 +125,15 @@ def _why_not(catalog: Catalog, record: dict[str, str]) -> str | None:
     return None
 
 
-def _seconds(catalog: Catalog, record: dict[str, str]) -> float:
-    """The planner's step time for the row's exact layout."""
-    preset = catalog.model(PRESETS[record["model"]]).shape
-    shape = replace(preset, sequence_length=int(record["sequence_length"]))
+def _shape(catalog: Catalog, record: dict[str, str]) -> ModelShape:
+    model = record["model"]
+    preset = SHAPES[model] if model in SHAPES else catalog.model(PRESETS[model]).shape
+    return replace(preset, sequence_length=int(record["sequence_length"]))
+
+
+def priced_layout(catalog: Catalog, record: dict[str, str]) -> tuple[Workload, Layout]:
+    """The row's workload, under its framework's kernels and schedules (`FRAMEWORKS`), and
+    its exact layout."""
     tensor, pipeline = int(record["tensor_parallel"]), int(record["pipeline_parallel"])
     data, micro = int(record["data_parallel"]), int(record["micro_batch_size"])
     global_batch = int(record["global_batch_size"])
@@ -98,15 +151,38 @@ def _seconds(catalog: Catalog, record: dict[str, str]) -> float:
         context=int(record["context_parallel"] or 1),
     )
     workload = Workload(
-        shape=shape,
+        shape=_shape(catalog, record),
         gpu=catalog.gpu(record["gpu_type"]),
         gpus_per_node=8,
         global_batch_size=global_batch,
         precision=cast(Precision, record["precision"]),
-        # Every torchtitan row states torchtitan's per-op selective recomputation.
-        selective_recompute=FRAMEWORK_LIMITS.get(framework, ANY_FRAMEWORK).selective_recompute,
     )
-    return step_time(workload, layout, catalog.calibration).step_seconds
+    limits = FRAMEWORK_LIMITS.get(FRAMEWORKS.get(framework, ""), ANY_FRAMEWORK)
+    workload = with_framework(workload, limits)
+    overlap = framework in TENSOR_COMM_OVERLAP
+    return replace(workload, tensor_comm_overlap=overlap), layout
+
+
+def planned_seconds(
+    catalog: Catalog, record: dict[str, str], calibration: Calibration | None = None
+) -> float:
+    """The planner's step time for the row's exact layout."""
+    workload, layout = priced_layout(catalog, record)
+    return step_time(workload, layout, calibration or catalog.calibration).step_seconds
+
+
+def fitted_rows(catalog: Catalog, path: Path = DATA) -> list[dict[str, str]]:
+    """The rows whose step times the calibration is fitted to: NeMo in bf16 on
+    `FITTED_GPU`, priceable (`_why_not`)."""
+    with path.open(newline="") as handle:
+        return [
+            record
+            for record in csv.DictReader(handle)
+            if record["framework"] == "NeMo"
+            and record["precision"] == "bf16"
+            and record["gpu_type"] == FITTED_GPU
+            and _why_not(catalog, record) is None
+        ]
 
 
 def compare(catalog: Catalog, path: Path = DATA) -> tuple[list[Pair], list[tuple[str, str]]]:
@@ -130,8 +206,8 @@ def compare(catalog: Catalog, path: Path = DATA) -> tuple[list[Pair], list[tuple
                 pair=name,
                 bf16_seconds=float(both["bf16"]["step_seconds"]),
                 fp8_seconds=float(both["fp8"]["step_seconds"]),
-                planned_bf16_seconds=_seconds(catalog, both["bf16"]),
-                planned_fp8_seconds=_seconds(catalog, both["fp8"]),
+                planned_bf16_seconds=planned_seconds(catalog, both["bf16"]),
+                planned_fp8_seconds=planned_seconds(catalog, both["fp8"]),
             )
         )
     return priced, left_out

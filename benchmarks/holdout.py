@@ -2,20 +2,24 @@
 
 `python -m benchmarks.holdout` refits the efficiency constants once per group of rows
 (grouped by publication, so no group is predicted by constants fitted to it) and prints
-the held-out errors beside the in-sample ones. Hopper has two groups (MosaicML's H100
-rows and torchtitan's H100 runs), so each is predicted by constants fitted to the other.
+the held-out errors beside the in-sample ones. Hopper has two fitted groups: MosaicML's
+H100 rows (PyTorch's kernels) and NeMo's (`MEGATRON_GROUP`, Megatron-Core's kernels), and
+torchtitan's Grand Teton rows, never fitted. NeMo's rows alone set Megatron-Core's Hopper
+matrix-multiply efficiency, so with them held out it is unknown and PyTorch's stands in.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from benchmarks.accuracy import Prediction, predict_benchmarks, run_gpu_hours
+from benchmarks.accuracy import Prediction, predict_benchmarks, predict_megatron, run_gpu_hours
 from benchmarks.arguments import benchmark_parser
 from benchmarks.fit_calibration import fit
 from benchmarks.reference_data import STEP_FIT_RUNS, benchmark_rows, run_rows
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.catalog import Catalog, load_catalog
+
+MEGATRON_GROUP = "NeMo on DGX H100 (Megatron-Core)"
 
 NEUTRAL_START = {
     "gemm_efficiency": 0.7,
@@ -25,10 +29,24 @@ NEUTRAL_START = {
 }
 
 
+def _neutral_megatron(calibration: Calibration) -> Calibration:
+    """`calibration` without Megatron-Core values of its own (PyTorch's stand in)."""
+    architectures = tuple(
+        (
+            name,
+            replace(entry, megatron_gemm_efficiency=None, megatron_flash_attention_efficiency=None),
+        )
+        for name, entry in calibration.architectures
+    )
+    return replace(calibration, architectures=architectures)
+
+
 def _neutral(calibration: Calibration) -> Calibration:
     """A start that knows nothing of the fit: round guesses for every constant."""
+    # Megatron-Core's own values start from PyTorch's (`_neutral_megatron`).
     architectures = tuple(
-        (name, replace(entry, **NEUTRAL_START)) for name, entry in calibration.architectures
+        (name, replace(entry, **NEUTRAL_START))
+        for name, entry in _neutral_megatron(calibration).architectures
     )
     return replace(
         calibration,
@@ -56,14 +74,19 @@ def groups(catalog: Catalog) -> dict[str, frozenset[str]]:
         else:
             key = f"MosaicML {row.workload.gpu.name}"
         result.setdefault(key, set()).add(row.row_id)
+    result[MEGATRON_GROUP] = {p.row_id for p in predict_megatron(catalog, catalog.calibration)}
     result["LLaMA runs (GPU-hours)"] = set(STEP_FIT_RUNS)
     return {key: frozenset(ids) for key, ids in result.items()}
+
+
+def _predictions(catalog: Catalog, calibration: Calibration) -> list[Prediction]:
+    return [*predict_benchmarks(catalog, calibration), *predict_megatron(catalog, calibration)]
 
 
 def main() -> None:
     benchmark_parser("benchmarks.holdout", __doc__).parse_args()
     catalog = load_catalog()
-    in_sample = {p.row_id: p for p in predict_benchmarks(catalog, catalog.calibration)}
+    in_sample = {p.row_id: p for p in _predictions(catalog, catalog.calibration)}
     for row in run_rows(catalog):
         if row.row_id not in STEP_FIT_RUNS:
             continue
@@ -78,7 +101,10 @@ def main() -> None:
     step_errors: list[float] = []
     for name, ids in groups(catalog).items():
         fitted = fit(catalog, start, held_out=ids)
-        held: list[Prediction] = [p for p in predict_benchmarks(catalog, fitted) if p.row_id in ids]
+        if name == MEGATRON_GROUP:
+            # Nothing else measures Megatron-Core's kernels: PyTorch's stand in.
+            fitted = _neutral_megatron(fitted)
+        held: list[Prediction] = [p for p in _predictions(catalog, fitted) if p.row_id in ids]
         for row in run_rows(catalog):
             if row.row_id in ids:
                 hours, _ = run_gpu_hours(row, replace(fitted, run_goodput=1.0))

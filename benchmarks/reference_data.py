@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from trainplan.planner.catalog import Catalog
+from trainplan.planner.frameworks import FRAMEWORK_LIMITS, with_framework
 from trainplan.planner.layout import AttentionKernel, Checkpointing, SelectiveRecompute, Workload
 from trainplan.planner.search import LayoutPins
 from trainplan.planner.shapes import ModelShape
@@ -318,6 +319,10 @@ def run_rows(catalog: Catalog) -> Iterator[RunRow]:
             global_batch_size=int(row["global_batch_size"]),
             attention=_run_attention(row),
         )
+        framework = (row.get("framework") or "").strip()
+        if framework:
+            # The framework where the row's notes give it; elsewhere the planner's defaults.
+            workload = with_framework(workload, FRAMEWORK_LIMITS[framework])
         yield RunRow(
             row_id=row["id"],
             source=row["source"],

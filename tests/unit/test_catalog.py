@@ -9,6 +9,7 @@ from importlib import resources
 
 import pytest
 
+from trainplan.planner.calibration import calibration_from_mapping, calibration_to_mapping
 from trainplan.planner.catalog import (
     PRECISIONS,
     Catalog,
@@ -466,3 +467,18 @@ def test_duplicate_names_are_rejected() -> None:
     twice = MINIMAL_MODEL + MINIMAL_MODEL.split("models:\n", 1)[1]
     with pytest.raises(CatalogDataError, match="'m1' is used by both 'm1' and 'm1'"):
         load_catalog_from(MINIMAL_GPU, twice, CALIBRATION)
+
+
+def test_megatron_gemm_efficiency_is_optional_and_round_trips(catalog: Catalog) -> None:
+    calibration = catalog.calibration
+    hopper = calibration.architecture("hopper")
+    ampere = calibration.architecture("ampere")
+    assert hopper.megatron_gemm_efficiency is not None
+    assert hopper.gemm_efficiency_for("megatron-core") == hopper.megatron_gemm_efficiency
+    assert hopper.gemm_efficiency_for("pytorch") == hopper.gemm_efficiency
+    # Without a value of its own, Megatron-Core runs at the PyTorch kernels' efficiency.
+    assert ampere.megatron_gemm_efficiency is None
+    assert ampere.gemm_efficiency_for("megatron-core") == ampere.gemm_efficiency
+    document = calibration_to_mapping(calibration)
+    assert "megatron_gemm_efficiency" not in document["architectures"]["ampere"]
+    assert calibration_from_mapping(document) == calibration

@@ -448,3 +448,46 @@ def test_fp8_keeps_attention_and_the_output_layer_in_bf16(catalog: Catalog) -> N
     fast, slow = (layer_pass_seconds(w, layout, calibration) for w in (fp8, bf16))
     assert fast.attention_forward_seconds == slow.attention_forward_seconds
     assert fast.forward_seconds < slow.forward_seconds
+
+
+def test_tensor_comm_overlap_hides_the_collectives_under_the_matrix_multiplies(
+    catalog: Catalog, calibration: Calibration
+) -> None:
+    # Megatron-Core's --tp-comm-overlap: only what exceeds the layer's matrix multiplies
+    # stays exposed, and only with sequence parallelism (its all-gathers and scatters).
+    h100 = workload(catalog.gpu("H100-SXM5-80GB"))
+    layout = make_layout(tensor=8, data=8, micro=2, sp=True)
+    plain = step_time(h100, layout, calibration)
+    overlapped = step_time(replace(h100, tensor_comm_overlap=True), layout, calibration)
+    assert plain.tensor_comm_seconds > 0
+    layer = layer_pass_seconds(h100, layout, calibration)
+    per_layer = tensor_comm_seconds_per_layer_pass(h100, layout, calibration)
+    exposed = max(0.0, per_layer - 3 * layer.matrix_forward_seconds)
+    assert overlapped.tensor_comm_seconds == pytest.approx(
+        plain.tensor_comm_seconds * exposed / per_layer
+    )
+    assert overlapped.compute_seconds == plain.compute_seconds
+    without_sp = replace(layout, sequence_parallel=False)
+    assert (
+        step_time(
+            replace(h100, tensor_comm_overlap=True), without_sp, calibration
+        ).tensor_comm_seconds
+        == step_time(h100, without_sp, calibration).tensor_comm_seconds
+    )
+
+
+@pytest.mark.parametrize(
+    ("gpu_name", "faster"), [("H100-SXM5-80GB", True), ("A100-SXM4-80GB", False)]
+)
+def test_megatron_core_kernels_have_their_own_efficiencies_where_measured(
+    catalog: Catalog, calibration: Calibration, gpu_name: str, faster: bool
+) -> None:
+    # Hopper has Megatron-Core values of its own (NeMo's rows); the A100 shares one set.
+    pytorch = workload(catalog.gpu(gpu_name))
+    megatron = replace(pytorch, kernels="megatron-core")
+    layout = make_layout(data=8, micro=2)
+    kernels = step_time(pytorch, layout, calibration).compute_seconds
+    if faster:
+        assert step_time(megatron, layout, calibration).compute_seconds < 0.9 * kernels
+    else:
+        assert step_time(megatron, layout, calibration).compute_seconds == kernels

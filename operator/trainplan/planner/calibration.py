@@ -26,6 +26,24 @@ class ArchitectureEfficiency:
     """Fraction of dense peak reached by a fused (flash) attention kernel."""
     kernel_overhead_seconds_per_layer: float
     """Fixed launch and synchronisation cost per transformer layer per micro-batch pass."""
+    megatron_gemm_efficiency: float | None = None
+    """`gemm_efficiency` under Megatron-Core's kernels (`layout.KernelStack`), where
+    published measurements set it apart; None: the same as `gemm_efficiency`."""
+    megatron_flash_attention_efficiency: float | None = None
+    """`flash_attention_efficiency` under Megatron-Core's kernels (Transformer Engine's
+    fused attention); None: the same as `flash_attention_efficiency`."""
+
+    def gemm_efficiency_for(self, kernels: str) -> float:
+        """The matrix-multiply efficiency of `kernels` (a `layout.KernelStack`)."""
+        if kernels == "megatron-core" and self.megatron_gemm_efficiency is not None:
+            return self.megatron_gemm_efficiency
+        return self.gemm_efficiency
+
+    def flash_attention_efficiency_for(self, kernels: str) -> float:
+        """The fused-attention efficiency of `kernels` (a `layout.KernelStack`)."""
+        if kernels == "megatron-core" and self.megatron_flash_attention_efficiency is not None:
+            return self.megatron_flash_attention_efficiency
+        return self.flash_attention_efficiency
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +144,8 @@ class _ArchitectureDocument(BaseModel):
     hbm_efficiency: float = Field(gt=0, le=1)
     flash_attention_efficiency: float = Field(gt=0, le=1)
     kernel_overhead_seconds_per_layer: float = Field(ge=0)
+    megatron_gemm_efficiency: float | None = Field(default=None, gt=0, le=1)
+    megatron_flash_attention_efficiency: float | None = Field(default=None, gt=0, le=1)
 
 
 class _CalibrationDocument(BaseModel):
@@ -178,7 +198,11 @@ def calibration_to_mapping(calibration: Calibration) -> dict[str, Any]:
     """The inverse of `calibration_from_mapping`, for writing fitted values."""
     document: dict[str, Any] = {
         "architectures": {
-            name: {f.name: getattr(entry, f.name) for f in fields(entry)}
+            name: {
+                f.name: getattr(entry, f.name)
+                for f in fields(entry)
+                if getattr(entry, f.name) is not None
+            }
             for name, entry in calibration.architectures
         }
     }

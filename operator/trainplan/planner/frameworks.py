@@ -58,6 +58,13 @@
   attention kernel's output and every other matrix multiply's output and recomputes the
   other matrix multiplies and every elementwise op (`torchtitan/distributed/
   activation_checkpoint.py`, `_apply_op_sac`).
+- Kernels: Megatron-LM runs its layers on Megatron-Core's kernels (Transformer Engine's
+  fused linear, norm and attention layers), every other framework on PyTorch's own. On
+  Hopper NeMo's published step times (Megatron-Core) are 17-35% shorter than the
+  constants that price MosaicML's PyTorch runs and the reference trainer's measured steps
+  give, so each has its own matrix-multiply and fused-attention efficiency there
+  (`ArchitectureEfficiency.megatron_gemm_efficiency`,
+  `megatron_flash_attention_efficiency`); on Ampere one set fits both.
 - Gradient accumulation: torchtitan's training step runs each micro-batch's forward and
   backward with gradient synchronisation on (v0.2.2 `train.py`, `train_step`), so its DDP
   all-reduces and its FSDP (ZeRO 1-2 as FSDP without resharding after forward) gathers
@@ -72,7 +79,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from trainplan.planner.layout import ReductionOverlap, SelectiveRecompute
+from trainplan.planner.layout import (
+    KernelStack,
+    ReductionOverlap,
+    SelectiveRecompute,
+    Workload,
+)
 from trainplan.planner.shapes import ModelShape
 
 
@@ -123,6 +135,8 @@ class FrameworkLimits:
     """It trains in fp8."""
     fp16: bool = True
     """It trains in fp16 (which needs loss scaling)."""
+    kernels: KernelStack = "pytorch"
+    """Whose kernels run its layers (`layout.KernelStack`)."""
 
     def allows(
         self, zero_stage: int, pipeline: int, experts: bool = False, tensor: int = 1
@@ -162,7 +176,9 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         experts=False,
         expert_parallel=False,
     ),
-    "megatron": FrameworkLimits((0, 1), 1, expert_comm_overlap=True, pipeline_p2p_overlap=True),
+    "megatron": FrameworkLimits(
+        (0, 1), 1, expert_comm_overlap=True, pipeline_p2p_overlap=True, kernels="megatron-core"
+    ),
     # DeepSpeed's tensor parallelism for training (AutoTP) shards the linear layers and
     # combines with ZeRO stage 0, 1 or 2 (deepspeed.ai/tutorials/autotp-training; the
     # launcher refuses stage 3 with it); it splits nothing over the sequence, so the
@@ -192,6 +208,21 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         sync_every_micro_batch=True,
     ),
 }
+
+
+def with_framework(workload: Workload, limits: FrameworkLimits) -> Workload:
+    """`workload` as `limits`' framework runs it: its kernels, overlaps and schedules."""
+    return replace(
+        workload,
+        expert_comm_overlap=limits.expert_comm_overlap,
+        pipeline_p2p_overlap=limits.pipeline_p2p_overlap,
+        reduction_overlap=limits.reduction_overlap,
+        selective_recompute=limits.selective_recompute,
+        sync_every_micro_batch=limits.sync_every_micro_batch,
+        kernels=limits.kernels,
+    )
+
+
 REFERENCE_TRAINER = replace(
     FRAMEWORK_LIMITS["reference"],
     reduction_overlap="except-unsharded-with-tensor",

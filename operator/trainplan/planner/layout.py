@@ -22,6 +22,11 @@ SelectiveRecompute = Literal["attention", "every-other-matmul"]
 """What selective recomputation redoes: the attention core (and the norms and activations
 of `recompute_modules`; Megatron-LM, Korthikanti et al. 2022), or every other matrix
 multiply and every elementwise op of the layer (torchtitan's per-op policy)."""
+KernelStack = Literal["pytorch", "megatron-core"]
+"""Whose kernels run the layers: PyTorch's own (eager or compiled: torchtitan, DeepSpeed,
+llm-foundry, the reference trainer) or Megatron-Core's (Megatron-LM and NeMo, with
+Transformer Engine's fused layers). They differ in matrix-multiply efficiency on Hopper
+(`ArchitectureEfficiency.megatron_gemm_efficiency`)."""
 ReductionOverlap = Literal["always", "sharded-without-pipeline", "except-unsharded-with-tensor"]
 """When the framework overlaps the data-parallel gradient reduction with the backward
 pass: in every layout; only with ZeRO 1-3 and no pipeline (DeepSpeed); or except with
@@ -138,6 +143,13 @@ class Workload:
     (`planner.frameworks`); elsewhere it follows the backward pass, exposed."""
     selective_recompute: SelectiveRecompute = "attention"
     """What the framework's selective recomputation redoes (`planner.frameworks`)."""
+    kernels: KernelStack = "pytorch"
+    """Whose kernels run the layers (`KernelStack`, `planner.frameworks`)."""
+    tensor_comm_overlap: bool = False
+    """The sequence-parallel all-gathers and reduce-scatters run chunk by chunk under the
+    matrix multiplies that consume or produce them (Megatron-Core's `--tp-comm-overlap`,
+    Transformer Engine's userbuffers), as NeMo's H100 recipes run them; trainplan's
+    launchers do not turn it on."""
     sync_every_micro_batch: bool = False
     """Without a pipeline, the framework gathers the weights and reduces the gradients
     of ZeRO 0-2 on every micro-batch instead of holding them until the last

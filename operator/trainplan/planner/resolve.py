@@ -20,7 +20,12 @@ from trainplan.planner.catalog import (
 )
 from trainplan.planner.errors import PlanInputError
 from trainplan.planner.finetune import FineTuning, lora_layer_parameter_count
-from trainplan.planner.frameworks import FRAMEWORK_LIMITS, REFERENCE_TRAINER, FrameworkLimits
+from trainplan.planner.frameworks import (
+    FRAMEWORK_LIMITS,
+    REFERENCE_TRAINER,
+    FrameworkLimits,
+    with_framework,
+)
 from trainplan.planner.layout import Workload
 from trainplan.planner.memory import checkpoint_bytes
 from trainplan.planner.search import LayoutPins, RunSettings
@@ -447,7 +452,6 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
     if network_gbps is not None:
         gpu = gpu.with_node_network(network_gbps, spec.hardware.gpus_per_node)
 
-    framework = framework_limits(spec)
     workload = Workload(
         shape=shape,
         gpu=gpu,
@@ -458,12 +462,9 @@ def resolve(spec: TrainingPlanSpec, catalog: Catalog) -> ResolvedSpec:
         attention=spec.training.attention,
         tuning=fine_tuning(spec),
         expert_capacity_factor=spec.training.expert_capacity_factor,
-        expert_comm_overlap=framework.expert_comm_overlap,
-        pipeline_p2p_overlap=framework.pipeline_p2p_overlap,
-        reduction_overlap=framework.reduction_overlap,
-        selective_recompute=framework.selective_recompute,
-        sync_every_micro_batch=framework.sync_every_micro_batch,
     )
+    framework = framework_limits(spec)
+    workload = with_framework(workload, framework)
     par = spec.parallelism
     pins = LayoutPins(
         tensor=par.tensor,

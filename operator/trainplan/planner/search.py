@@ -448,7 +448,8 @@ def duration_lower_bound_seconds(evaluator: Evaluator, gpus: int) -> float:
     calibration = evaluator.calibration
     arch = calibration.architecture(evaluator.workload.gpu.architecture)
     fastest_fraction = max(
-        arch.gemm_efficiency, arch.flash_attention_efficiency / FLASH_CAUSAL_FRACTION
+        arch.gemm_efficiency_for(evaluator.workload.kernels),
+        arch.flash_attention_efficiency_for(evaluator.workload.kernels) / FLASH_CAUSAL_FRACTION,
     )
     rate = gpus * evaluator.peak_flops_per_gpu * fastest_fraction
     seconds = evaluator.model_flops_per_step * evaluator.run.total_steps / rate

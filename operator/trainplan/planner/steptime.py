@@ -104,16 +104,18 @@ def _higher_precision(precision: str) -> str:
 
 
 def _device(workload: Workload, calibration: Calibration, gemm_precision: str = "") -> _Device:
-    """Achieved rates for the layers' GEMMs in `gemm_precision` (default: the workload's);
-    fused attention always at the higher precision of fp8 training."""
+    """Achieved rates for the layers' GEMMs in `gemm_precision` (default: the workload's),
+    at the efficiency of the workload's kernels (`Workload.kernels`); fused attention
+    always at the higher precision of fp8 training."""
     arch: ArchitectureEfficiency = calibration.architecture(workload.gpu.architecture)
     peak = workload.gpu.peak_flops_for(gemm_precision or workload.precision)
     attention_peak = workload.gpu.peak_flops_for(_higher_precision(workload.precision))
     hbm = workload.gpu.hbm_bandwidth_bytes_per_second
     return _Device(
-        flops_per_second=peak * arch.gemm_efficiency,
+        flops_per_second=peak * arch.gemm_efficiency_for(workload.kernels),
         hbm_bytes_per_second=hbm * arch.hbm_efficiency,
-        flash_flops_per_second=attention_peak * arch.flash_attention_efficiency,
+        flash_flops_per_second=attention_peak
+        * arch.flash_attention_efficiency_for(workload.kernels),
         kernel_overhead_seconds=arch.kernel_overhead_seconds_per_layer,
     )
 
@@ -481,6 +483,23 @@ def tensor_comm_seconds_per_layer_pass(
     return count * all_reduce_seconds(size, group)
 
 
+def exposed_tensor_comm_seconds_per_layer_pass(
+    workload: Workload, layout: Layout, calibration: Calibration, layer: LayerPassSeconds
+) -> float:
+    """`tensor_comm_seconds_per_layer_pass` left exposed. Where the framework overlaps it
+    (`Workload.tensor_comm_overlap`, with sequence parallelism), each collective is split
+    into chunks that run while the matrix multiply beside it computes on the others
+    (Wang et al. 2023, "Overlap Communication with Dependent Computation via
+    Decomposition", ASPLOS '23, section 3; Transformer Engine's userbuffers), so only what
+    exceeds the layer's matrix multiplies (forward, both of backward, and the recomputed
+    forward) stays exposed."""
+    seconds = tensor_comm_seconds_per_layer_pass(workload, layout, calibration)
+    if not (workload.tensor_comm_overlap and layout.sequence_parallel):
+        return seconds
+    passes = 4 if layout.checkpointing == "full" else 3
+    return max(0.0, seconds - passes * layer.matrix_forward_seconds)
+
+
 def pipeline_transfer_seconds(
     workload: Workload, layout: Layout, calibration: Calibration
 ) -> float:
@@ -809,8 +828,8 @@ def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> S
     else:
         slowest_layers, slowest_logits = split.last, logits
     stage_compute = slowest_layers * layer_pass + slowest_logits
-    stage_tensor = slowest_layers * tensor_comm_seconds_per_layer_pass(
-        workload, layout, calibration
+    stage_tensor = slowest_layers * exposed_tensor_comm_seconds_per_layer_pass(
+        workload, layout, calibration, layer
     )
     stage_context = slowest_layers * context_comm_seconds_per_layer_pass(
         workload, layout, calibration, layer
