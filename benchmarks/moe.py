@@ -98,6 +98,11 @@ def _why_not(catalog: Catalog, record: dict[str, str]) -> str | None:
     return None
 
 
+MEGATRON_CORE: Final = ("NeMo", "NeMo 2.0", "Megatron-Core", "Megatron-Bridge")
+"""Published frameworks that run Megatron-Core's kernels (`Workload.kernels`), as a plan
+with `job.framework: megatron` is priced."""
+
+
 def _row(catalog: Catalog, record: dict[str, str]) -> Row:
     preset = catalog.model(record["model"]).shape
     shape = replace(preset, sequence_length=int(record["sequence_length"]))
@@ -128,6 +133,7 @@ def _row(catalog: Catalog, record: dict[str, str]) -> Row:
         global_batch_size=global_batch,
         precision=cast(Precision, record["precision"]),
         expert_comm_overlap=record["a2a_overlap"] == "yes",
+        kernels="megatron-core" if record["framework"] in MEGATRON_CORE else "pytorch",
     )
     return Row(
         id=record["id"],
