@@ -127,16 +127,26 @@ async def test_admitted_plan_is_accounted_through_its_life(
     assert status["activePlans"] == []
     assert status["remainingGPUHours"] == pytest.approx(needs * 10 - 8.0, abs=1e-3)
 
-    # The operator metrics carry the budget.
+    # The operator metrics carry the budget. They are recorded just after the status write
+    # that the test has seen, so they may lag it for a moment (figures computed while the
+    # interval was open count the wall clock since its start): wait for them to agree.
     url = f"http://127.0.0.1:{budget_operator.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as page:
-        text = page.read().decode()
-    series = {
-        sample.labels["kind"]: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "trainplan_budget_gpu_hours" and sample.labels["budget"] == "team-a"
-    }
+
+    def budget_series() -> dict[str, float]:
+        with urllib.request.urlopen(url, timeout=5) as page:
+            text = page.read().decode()
+        return {
+            sample.labels["kind"]: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "trainplan_budget_gpu_hours" and sample.labels["budget"] == "team-a"
+        }
+
+    await cluster.wait_for(
+        lambda: budget_series().get("used") == pytest.approx(8.0, abs=1e-3),
+        "the metrics to show the finished plan's 8 GPU-hours",
+    )
+    series = budget_series()
     assert series["limit"] == pytest.approx(needs * 10)
     assert series["used"] == pytest.approx(8.0, abs=1e-3)
     assert set(series) == {"limit", "used", "committed", "remaining"}
