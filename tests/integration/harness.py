@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +30,7 @@ import kmock
 import kopf
 import yaml
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from trainplan.api import PLAN_LABEL
 from trainplan.controller import ControllerContext, OperatorConfig, run_operator
@@ -733,3 +735,15 @@ class OperatorCommand:
         finally:
             if self._log is not None:
                 self._log.close()
+
+
+def budget_series(port: int | None, budget: str = "team-a") -> dict[str, float]:
+    """`trainplan_budget_gpu_hours` of `budget` on the operator's /metrics, by kind."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+        text = page.read().decode()
+    return {
+        sample.labels["kind"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "trainplan_budget_gpu_hours" and sample.labels["budget"] == budget
+    }

@@ -8,16 +8,14 @@ its plan's commitment, and a rejected plan that is fixed launches with its budge
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.harness import JOBS, Cluster, OperatorProcess, TrainingPod
+from tests.integration.harness import JOBS, Cluster, OperatorProcess, TrainingPod, budget_series
 from tests.integration.lookups import condition, events
 from trainplan.api import TrainingPlanSpec
 from trainplan.controller import OperatorConfig
@@ -130,23 +128,13 @@ async def test_admitted_plan_is_accounted_through_its_life(
     # The operator metrics carry the budget. They are recorded just after the status write
     # that the test has seen, so they may lag it for a moment (figures computed while the
     # interval was open count the wall clock since its start): wait for them to agree.
-    url = f"http://127.0.0.1:{budget_operator.metrics_port}/metrics"
-
-    def budget_series() -> dict[str, float]:
-        with urllib.request.urlopen(url, timeout=5) as page:
-            text = page.read().decode()
-        return {
-            sample.labels["kind"]: sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == "trainplan_budget_gpu_hours" and sample.labels["budget"] == "team-a"
-        }
-
     await cluster.wait_for(
-        lambda: budget_series().get("used") == pytest.approx(8.0, abs=1e-3),
+        lambda: (
+            budget_series(budget_operator.metrics_port).get("used") == pytest.approx(8.0, abs=1e-3)
+        ),
         "the metrics to show the finished plan's 8 GPU-hours",
     )
-    series = budget_series()
+    series = budget_series(budget_operator.metrics_port)
     assert series["limit"] == pytest.approx(needs * 10)
     assert series["used"] == pytest.approx(8.0, abs=1e-3)
     assert set(series) == {"limit", "used", "committed", "remaining"}

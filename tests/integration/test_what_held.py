@@ -46,6 +46,7 @@ from tests.integration.harness import (
     InternalServerError,
     OperatorProcess,
     VersionedEmulator,
+    budget_series,
 )
 from trainplan.api import TrainingPlanSpec
 from trainplan.controller import OperatorConfig
@@ -411,18 +412,7 @@ def _budget_observed(cluster: Cluster, generation: int) -> bool:
 
 
 def _budget_limit_served(port: int | None, limit: float) -> bool:
-    return _budget_series(port).get("limit") == limit
-
-
-def _budget_series(port: int | None) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
-        text = page.read().decode()
-    return {
-        sample.labels["kind"]: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "trainplan_budget_gpu_hours" and sample.labels["budget"] == "team-a"
-    }
+    return budget_series(port).get("limit") == limit
 
 
 async def test_budget_edits_move_its_figures_and_leave_the_running_plans_alone(
