@@ -25,8 +25,9 @@ multiply and every elementwise op of the layer (torchtitan's per-op policy)."""
 KernelStack = Literal["pytorch", "megatron-core"]
 """Whose kernels run the layers: PyTorch's own (eager or compiled: torchtitan, DeepSpeed,
 llm-foundry, the reference trainer) or Megatron-Core's (Megatron-LM and NeMo, with
-Transformer Engine's fused layers). They differ in matrix-multiply efficiency on Hopper
-(`ArchitectureEfficiency.megatron_gemm_efficiency`)."""
+Transformer Engine's fused layers). They differ in matrix-multiply and fused-attention
+efficiency on Hopper (`ArchitectureEfficiency.megatron_gemm_efficiency` and
+`megatron_flash_attention_efficiency`)."""
 ReductionOverlap = Literal["always", "sharded-without-pipeline", "except-unsharded-with-tensor"]
 """When the framework overlaps the data-parallel gradient reduction with the backward
 pass: in every layout; only with ZeRO 1-3 and no pipeline (DeepSpeed); or except with
