@@ -15,6 +15,7 @@ from dataclasses import replace
 from benchmarks.accuracy import Prediction, predict_benchmarks, predict_megatron, run_gpu_hours
 from benchmarks.arguments import benchmark_parser
 from benchmarks.fit_calibration import fit
+from benchmarks.fp8 import fitted_rows
 from benchmarks.reference_data import STEP_FIT_RUNS, benchmark_rows, run_rows
 from trainplan.planner.calibration import Calibration
 from trainplan.planner.catalog import Catalog, load_catalog
@@ -74,7 +75,7 @@ def groups(catalog: Catalog) -> dict[str, frozenset[str]]:
         else:
             key = f"MosaicML {row.workload.gpu.name}"
         result.setdefault(key, set()).add(row.row_id)
-    result[MEGATRON_GROUP] = {p.row_id for p in predict_megatron(catalog, catalog.calibration)}
+    result[MEGATRON_GROUP] = {record["id"] for record in fitted_rows(catalog)}
     result["LLaMA runs (GPU-hours)"] = set(STEP_FIT_RUNS)
     return {key: frozenset(ids) for key, ids in result.items()}
 

@@ -12,7 +12,7 @@ It prints the 10th and 90th percentile of each ratio (linear interpolation betwe
 statistics, Hyndman and Fan 1996 definition 7, numpy's default) and the share of rows
 inside the resulting ranges; `--write` stores the four ratios in `calibration.yaml`, where
 `plan()` scales a plan's step time, duration and GPU-hours by them. Each range keeps the
-plan's own figure inside it (p10 <= 1 <= p90). About 3 minutes (one refit per group).
+plan's own figure inside it (p10 <= 1 <= p90). About 3 minutes (one refit per group of benchmark rows).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from benchmarks.accuracy import predict_benchmarks
 from benchmarks.arguments import benchmark_parser
 from benchmarks.fit_calibration import fit
 from benchmarks.holdout import _neutral, groups
+from benchmarks.reference_data import benchmark_rows
 from benchmarks.whole_runs import evaluate
 from trainplan.planner.catalog import Catalog, load_catalog
 
@@ -49,8 +50,11 @@ def quantile(values: list[float], q: float) -> float:
 def step_ratios(catalog: Catalog) -> list[float]:
     """Measured / planned step time of every benchmark row, its publication held out."""
     start = _neutral(catalog.calibration)
+    benchmark_ids = {row.row_id for row in benchmark_rows(catalog)}
     ratios: list[float] = []
     for ids in groups(catalog).values():
+        if not ids & benchmark_ids:
+            continue  # a group of other rows (whole runs, NeMo's) adds no ratio: no refit
         fitted = fit(catalog, start, held_out=ids)
         ratios += [
             p.measured / p.predicted for p in predict_benchmarks(catalog, fitted) if p.row_id in ids

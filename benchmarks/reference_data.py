@@ -322,6 +322,8 @@ def run_rows(catalog: Catalog) -> Iterator[RunRow]:
         framework = (row.get("framework") or "").strip()
         if framework:
             # The framework where the row's notes give it; elsewhere the planner's defaults.
+            if framework not in FRAMEWORK_LIMITS:
+                raise ValueError(f"{row['id']}: unknown framework {framework!r}")
             workload = with_framework(workload, FRAMEWORK_LIMITS[framework])
         yield RunRow(
             row_id=row["id"],
