@@ -12,7 +12,8 @@ It prints the 10th and 90th percentile of each ratio (linear interpolation betwe
 statistics, Hyndman and Fan 1996 definition 7, numpy's default) and the share of rows
 inside the resulting ranges; `--write` stores the four ratios in `calibration.yaml`, where
 `plan()` scales a plan's step time, duration and GPU-hours by them. Each range keeps the
-plan's own figure inside it (p10 <= 1 <= p90). About 3 minutes (one refit per group of benchmark rows).
+plan's own figure inside it (p10 <= 1 <= p90). About 3 minutes (one refit per group of
+benchmark rows).
 """
 
 from __future__ import annotations
