@@ -44,8 +44,15 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
 _MEGATRON_GPT_SOURCES = ("Narayanan", "Korthikanti", "vTrain")
 """Megatron-LM's GPT runs of 2021-2022 (and the sweeps that replay them): materialised
 attention scores and Megatron-LM's default dropout (module docstring)."""
+_MEGATRON_README = "NVIDIA/Megatron-LM"
+"""Megatron-LM's H100 scaling table of 2024 (README): fused attention, Megatron-LM's
+default dropout and untied embeddings (its parameter counts: 1.7B = 24 x 12 x 2048^2 +
+2 x 131,072 x 2048)."""
 _VTRAIN_VOCAB = 51200
-_UNTIED_SOURCES = ("Touvron", "pytorch/torchtitan")
+_UNTIED_SOURCES = ("Touvron", "pytorch/torchtitan", _MEGATRON_README)
+TENSOR_COMM_OVERLAP_NOTE: Final = "--tp-comm-overlap"
+"""A benchmark row whose notes name Megatron-Core's `--tp-comm-overlap` ran it
+(`Workload.tensor_comm_overlap`)."""
 OFF_CATALOG_SOURCES: Final = ("pytorch/torchtitan",)
 """Sources whose GPUs differ from the catalog entry they are priced on: torchtitan's H100
 runs used Meta's Grand Teton H100 (96 GB HBM2e at 2.4 TB/s, 500 W power limit, a peak
@@ -136,7 +143,7 @@ def _tied(row: dict[str, str], source: str) -> bool:
 
 def _dropout(row: dict[str, str], source: str) -> bool:
     """The row's `dropout` column where it has one, else the source's family."""
-    return _flag(row, "dropout", source.startswith(_MEGATRON_GPT_SOURCES))
+    return _flag(row, "dropout", source.startswith((*_MEGATRON_GPT_SOURCES, _MEGATRON_README)))
 
 
 def _shape(row: dict[str, str], source: str, vocab: int | None = None) -> ModelShape:
@@ -188,6 +195,9 @@ def benchmark_rows(catalog: Catalog) -> Iterator[BenchmarkRow]:
             attention=_attention_for(row["source"]),
             selective_recompute=_selective_recompute(row["notes"]),
         )
+        workload = _with_framework(workload, row)
+        if TENSOR_COMM_OVERLAP_NOTE in row["notes"]:
+            workload = replace(workload, tensor_comm_overlap=True)
         pins = _pins(row)
         if row["measured_step_seconds"].strip():
             measured = float(row["measured_step_seconds"])
@@ -196,6 +206,17 @@ def benchmark_rows(catalog: Catalog) -> Iterator[BenchmarkRow]:
             measured = batch * seq / tokens_per_second
         mfu = float(row["measured_mfu"]) if row["measured_mfu"].strip() else None
         yield BenchmarkRow(row["id"], row["source"], workload, gpus, pins, measured, mfu)
+
+
+def _with_framework(workload: Workload, row: dict[str, str]) -> Workload:
+    """`workload` under the row's `framework` column (its kernels, overlaps and schedules)
+    where the row gives one; elsewhere the planner's defaults."""
+    framework = (row.get("framework") or "").strip()
+    if not framework:
+        return workload
+    if framework not in FRAMEWORK_LIMITS:
+        raise ValueError(f"{row['id']}: unknown framework {framework!r}")
+    return with_framework(workload, FRAMEWORK_LIMITS[framework])
 
 
 def _selective_recompute(notes: str) -> SelectiveRecompute:
@@ -319,12 +340,7 @@ def run_rows(catalog: Catalog) -> Iterator[RunRow]:
             global_batch_size=int(row["global_batch_size"]),
             attention=_run_attention(row),
         )
-        framework = (row.get("framework") or "").strip()
-        if framework:
-            # The framework where the row's notes give it; elsewhere the planner's defaults.
-            if framework not in FRAMEWORK_LIMITS:
-                raise ValueError(f"{row['id']}: unknown framework {framework!r}")
-            workload = with_framework(workload, FRAMEWORK_LIMITS[framework])
+        workload = _with_framework(workload, row)
         yield RunRow(
             row_id=row["id"],
             source=row["source"],

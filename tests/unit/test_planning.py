@@ -812,18 +812,22 @@ def test_torchtitan_fp16_is_refused_when_planned(catalog: Catalog) -> None:
 
 
 @pytest.mark.parametrize(
-    ("framework", "kernels"),
+    ("framework", "kernels", "gather_overlap"),
     [
-        ("megatron", "megatron-core"),
-        ("reference", "pytorch"),
-        ("torchtitan", "pytorch"),
-        ("deepspeed", "pytorch"),
+        ("megatron", "megatron-core", True),
+        ("reference", "pytorch", False),
+        ("torchtitan", "pytorch", False),
+        ("deepspeed", "pytorch", False),
     ],
 )
-def test_the_framework_picks_the_kernels(catalog: Catalog, framework: str, kernels: str) -> None:
+def test_the_framework_picks_the_kernels(
+    catalog: Catalog, framework: str, kernels: str, gather_overlap: bool
+) -> None:
     document = {**SMALL, "job": {"framework": framework}}
     resolved = resolve(TrainingPlanSpec.model_validate(document), catalog)
     assert resolved.workload.kernels == kernels
+    # Megatron-LM's launcher writes --overlap-param-gather with its distributed optimizer.
+    assert resolved.workload.param_gather_overlap is gather_overlap
 
 
 def test_megatron_plans_hopper_faster_than_pytorch_kernels(catalog: Catalog) -> None:

@@ -249,6 +249,29 @@ def test_where_the_framework_leaves_the_gradient_reduction_exposed(
         assert priced > overlapped > 0
 
 
+def test_gather_under_the_next_forward_pass_hides_only_the_weights_all_gather(
+    a100: GPUSpec, calibration: Calibration
+) -> None:
+    # Megatron-LM's --overlap-param-gather: ZeRO-1's weight all-gather waits in the next
+    # step's first forward pass, not after the optimizer step; the gradient
+    # reduce-scatter still hides behind the last backward pass alone.
+    after_step = workload(a100)
+    next_forward = replace(after_step, param_gather_overlap=True)
+    sharded = layout(8, 1, 48, zero=1, accumulation=1, sp=True)
+    backward, forward = 0.02, 0.01
+    plain = data_comm_seconds(after_step, sharded, calibration, backward, forward)
+    gathered = data_comm_seconds(next_forward, sharded, calibration, backward, forward)
+    assert 0 < gathered < plain
+    # Without a forward pass to hide under, the gather is as exposed as it was alone.
+    bare = data_comm_seconds(next_forward, sharded, calibration, backward, 0.0)
+    assert bare >= gathered
+    # Nothing to gather without ZeRO: an all-reduce, priced the same either way.
+    replicated = replace(sharded, zero_stage=0)
+    assert data_comm_seconds(
+        next_forward, replicated, calibration, backward, forward
+    ) == data_comm_seconds(after_step, replicated, calibration, backward, forward)
+
+
 @pytest.mark.parametrize("gated", [True, False])
 def test_torchtitan_selective_recomputes_every_other_matrix_and_the_elementwise_ops(
     a100: GPUSpec, catalog: Catalog, calibration: Calibration, gated: bool

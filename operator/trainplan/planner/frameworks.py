@@ -124,6 +124,8 @@ class FrameworkLimits:
     """What its selective activation recomputation redoes."""
     sync_every_micro_batch: bool = False
     """Without a pipeline, ZeRO 0-2 exchange weights and gradients on every micro-batch."""
+    param_gather_overlap: bool = False
+    """ZeRO 1-2 gather the updated weights under the next step's first forward pass."""
     pipelines: bool = True
     """It runs pipeline parallelism."""
     max_zero_stage_with_tensor: int = 3
@@ -177,7 +179,12 @@ FRAMEWORK_LIMITS: dict[str, FrameworkLimits] = {
         expert_parallel=False,
     ),
     "megatron": FrameworkLimits(
-        (0, 1), 1, expert_comm_overlap=True, pipeline_p2p_overlap=True, kernels="megatron-core"
+        (0, 1),
+        1,
+        expert_comm_overlap=True,
+        pipeline_p2p_overlap=True,
+        kernels="megatron-core",
+        param_gather_overlap=True,
     ),
     # DeepSpeed's tensor parallelism for training (AutoTP) shards the linear layers and
     # combines with ZeRO stage 0, 1 or 2 (deepspeed.ai/tutorials/autotp-training; the
@@ -220,6 +227,7 @@ def with_framework(workload: Workload, limits: FrameworkLimits) -> Workload:
         selective_recompute=limits.selective_recompute,
         sync_every_micro_batch=limits.sync_every_micro_batch,
         kernels=limits.kernels,
+        param_gather_overlap=limits.param_gather_overlap,
     )
 
 

@@ -155,6 +155,10 @@ class Workload:
     """Without a pipeline, the framework gathers the weights and reduces the gradients
     of ZeRO 0-2 on every micro-batch instead of holding them until the last
     (`planner.frameworks`)."""
+    param_gather_overlap: bool = False
+    """ZeRO 1-2 gather the updated weights under the next step's first forward pass
+    instead of after the optimizer step (Megatron-LM's `--overlap-param-gather` with its
+    distributed optimizer)."""
 
     @property
     def nvlink_domain_gpus(self) -> int:

@@ -644,6 +644,7 @@ def data_comm_seconds(
     layout: Layout,
     calibration: Calibration,
     backward_seconds_per_micro_batch: float,
+    forward_seconds_per_micro_batch: float = 0.0,
 ) -> float:
     """Exposed gradient reduction (ZeRO 0-2) or parameter gathers and gradient scatters
     (ZeRO-3) per step.
@@ -665,7 +666,12 @@ def data_comm_seconds(
     stage_1_and_2.py), as the reference trainer's FSDP2 does for stage 2; the updated
     weights are gathered once per step. A pipeline stage synchronises on its last
     backward pass only (PyTorch's pipeline schedules; DeepSpeed's pipeline engine runs
-    ZeRO-1 at most), so pipelined stages reduce once.
+    ZeRO-1 at most), so pipelined stages reduce once. Where the framework gathers the
+    updated weights of ZeRO 1-2 under the next step's first forward pass
+    (`Workload.param_gather_overlap`: Megatron-LM's forward pre-hook waits for a bucket's
+    all-gather and starts the next one's, core_v0.19.0 `distributed_data_parallel.py`
+    `_make_forward_pre_hook`), the gather hides behind that forward pass as the
+    reduce-scatter does behind the last backward pass.
     """
     if layout.replicas == 1:
         return 0.0
@@ -690,6 +696,11 @@ def data_comm_seconds(
     if layout.zero_stage == 2 and earlier and layout.pipeline == 1:
         scatter = _exchange_seconds(workload, layout, calibration, gradients_only=True)
         return exposed(seconds) + earlier * exposed(scatter)
+    if workload.param_gather_overlap and layout.zero_stage >= 1:
+        scatter = _exchange_seconds(workload, layout, calibration, gradients_only=True)
+        gather = seconds - scatter
+        gather_hidden = overlap * forward_seconds_per_micro_batch
+        return exposed(scatter) + max(gather * (1 - overlap), gather - gather_hidden)
     return exposed(seconds)
 
 
@@ -854,7 +865,10 @@ def step_time(workload: Workload, layout: Layout, calibration: Calibration) -> S
             )
         p2p = calibration.pipeline_p2p_exposed * exposed
     backward_per_micro_batch = split.most * (layer.backward_seconds + recompute)
-    data = data_comm_seconds(workload, layout, calibration, backward_per_micro_batch)
+    forward_per_micro_batch = split.most * layer.forward_seconds
+    data = data_comm_seconds(
+        workload, layout, calibration, backward_per_micro_batch, forward_per_micro_batch
+    )
     # A cluster's measured / planned ratio scales every part alike (`planner.cluster_fit`).
     factor = calibration.step_seconds_factor
     return StepTime(
