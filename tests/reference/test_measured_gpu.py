@@ -2,7 +2,7 @@
 (tests/data/measured_reference_gpu_*.json, `benchmarks.reference_gpu`); never fitted.
 
 The bounds are what the planner achieves (BENCHMARKS.md, "Step time measured on one H200
-and one H100"): the 1.3B model within 8%, the smallest, whose step is short and heavy in
+and one H100"): the 1.3B model within 9%, the smallest, whose step is short and heavy in
 unfused elementwise work and the 50,304-way softmax, within 21%; the planner is fast on
 every shape.
 """
@@ -27,8 +27,8 @@ from trainplan.planner import Catalog
 
 DATA = Path(__file__).parent.parent / "data"
 MEASURED = {
-    "H200-SXM-141GB": (DATA / "measured_reference_gpu_h200.json", 0.08),
-    "H100-SXM5-80GB": (DATA / "measured_reference_gpu_h100.json", 0.12),
+    "H200-SXM-141GB": (DATA / "measured_reference_gpu_h200.json", 0.105),
+    "H100-SXM5-80GB": (DATA / "measured_reference_gpu_h100.json", 0.13),
 }
 """Catalog GPU: (measurement, the mean absolute error the planner achieves on it)."""
 
@@ -53,7 +53,7 @@ def test_every_shape_was_measured(measured: tuple[list[Comparison], float]) -> N
 def test_step_time_errors(measured: tuple[list[Comparison], float]) -> None:
     comparisons, mean_error = measured
     errors = {c.name: abs(c.error or 0.0) for c in comparisons}
-    assert errors["gpt-1.3b"] < 0.08
+    assert errors["gpt-1.3b"] < 0.09
     assert errors["gpt-1.3b-full-recompute"] < 0.05
     assert max(errors.values()) < 0.21
     assert statistics.mean(errors.values()) < mean_error
@@ -76,8 +76,8 @@ def test_long_sequences_are_priced_slow_on_hopper(catalog: Catalog) -> None:
 
 
 ZERO_STAGES = {
-    "H200-SXM-141GB": (DATA / "measured_reference_gpu_h200_zero.json", 0.04),
-    "H100-SXM5-80GB": (DATA / "measured_reference_gpu_h100_zero.json", 0.06),
+    "H200-SXM-141GB": (DATA / "measured_reference_gpu_h200_zero.json", 0.07),
+    "H100-SXM5-80GB": (DATA / "measured_reference_gpu_h100_zero.json", 0.07),
 }
 """Catalog GPU: (the ZeRO-stage run, the largest error the planner makes on it)."""
 
@@ -86,9 +86,9 @@ ZERO_STAGES = {
 def test_zero_stages_with_accumulation_on_one_gpu(gpu_name: str, catalog: Catalog) -> None:
     """The 1.3B model with 4 micro-batches a step at ZeRO 0-3 on one GPU (DDP for 0,
     FSDP2 for 1-3, as the trainer runs each stage): on one GPU no stage communicates, so
-    the planner prices them alike, and every stage's measured step is within 4% of it on
-    the H200 and 6% on the H100 (where DDP's per-matmul casts weigh more), inside its
-    10-90% range."""
+    the planner prices them alike, and every stage's measured step is within 7% of it on
+    either GPU (DDP's per-matmul casts and FSDP2's ZeRO-3 gathers cost the most), inside
+    its 10-90% range."""
     path, largest_error = ZERO_STAGES[gpu_name]
     document = load(path)
     gpu = catalog_gpu(catalog, document, None)
@@ -138,10 +138,10 @@ def test_where_the_planner_misplaces_the_step_on_hopper(catalog: Catalog) -> Non
     """The figures of BENCHMARKS.md's "Where the step goes" table, which a planner that
     split the step better would change (and this test and the table with it): the
     planner's total is close on the 1.3B model only because its terms err both ways. It
-    prices the matrix multiplies and the attention core 1.5-2.1x slower than they ran
-    (cuBLAS reached about 80% of the dense peak; the fitted Hopper efficiency is 62%) and
-    the eager trainer's memory-bound work (norms, fp32 residual adds, autocast's casts) at
-    0.3-0.5x of what it took."""
+    prices the matrix multiplies 1.6-1.9x and the attention core 1.3-1.8x slower than
+    they ran (cuBLAS reached about 80% of the dense peak; the fitted Hopper efficiency is
+    62%) and the eager trainer's memory-bound work (norms, fp32 residual adds, autocast's
+    casts) at 0.3-0.4x of what it took."""
     document = load(DATA / "measured_reference_gpu_profile_h100.json")
     gpu = catalog_gpu(catalog, document, None)
     for record in document["shapes"]:
@@ -150,6 +150,6 @@ def test_where_the_planner_misplaces_the_step_on_hopper(catalog: Catalog) -> Non
         measured = measured_kinds(record["kernel_profile"])
         ratio = {kind: planned[kind] / measured[kind] for kind in measured if measured[kind] > 0}
         assert 1.4 < ratio["matrix multiplies"] < 1.9
-        assert 1.4 < ratio["attention core"] < 2.2
-        assert 0.25 < ratio["norms, casts and other elementwise"] < 0.5
-        assert 0.6 < ratio["optimizer"] < 0.75
+        assert 1.25 < ratio["attention core"] < 2.0
+        assert 0.25 < ratio["norms, casts and other elementwise"] < 0.45
+        assert 0.7 < ratio["optimizer"] < 0.8

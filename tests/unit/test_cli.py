@@ -263,7 +263,7 @@ def test_the_table_can_be_checked_by_hand() -> None:
     assert "exposed tensor-parallel communication" in text
     assert "Global batch │ 1,024 = micro 4 x data 256 x accumulation 1" in text
     assert re.search(r"; \d{1,3}(,\d{3})* layouts priced\.", text)
-    assert "Checkpoint every │ 2,381 steps" in text
+    assert "Checkpoint every │ 2,422 steps" in text
     assert "256 = 32 nodes x 8" in text
     assert "no-recompute" in text
 
