@@ -47,13 +47,15 @@ GOODPUT_GRID = np.round(np.arange(0.30, 1.00001, 0.0005), 4)
 
 @dataclass(frozen=True)
 class Parameter:
-    """One fitted constant: how to read it from and write it into a Calibration."""
+    """One fitted constant: how to read it from and write it into a Calibration, and what
+    the planner uses where no measurement sets it (`unmeasured`)."""
 
     name: str
     low: float
     high: float
     get: Callable[[Calibration], float]
     set: Callable[[Calibration, float], Calibration]
+    unmeasured: Callable[[Calibration], Calibration]
 
 
 def _arch_parameter(
@@ -72,7 +74,12 @@ def _arch_parameter(
             architectures[name] = entry
         return replace(calibration, architectures=tuple(architectures.items()))
 
-    return Parameter(f"{arch}.{field}", low, high, get, set_)
+    def unmeasured(calibration: Calibration) -> Calibration:
+        # An architecture without measurements takes the `default` entry's value, as
+        # the planner prices one without an entry of its own (docs/planner.md).
+        return set_(calibration, float(getattr(calibration.architecture("default"), field)))
+
+    return Parameter(f"{arch}.{field}", low, high, get, set_, unmeasured)
 
 
 def _megatron_parameter(arch: str, field: str, low: float, high: float) -> Parameter:
@@ -91,7 +98,14 @@ def _megatron_parameter(arch: str, field: str, low: float, high: float) -> Param
         architectures[arch] = replace(architectures[arch], **changes)
         return replace(calibration, architectures=tuple(architectures.items()))
 
-    return Parameter(f"{arch}.megatron_{field}", low, high, get, set_)
+    def unmeasured(calibration: Calibration) -> Calibration:
+        # No value of its own: PyTorch's kernels' value stands in, as the planner reads it.
+        architectures = dict(calibration.architectures)
+        changes: dict[str, Any] = {f"megatron_{field}": None}
+        architectures[arch] = replace(architectures[arch], **changes)
+        return replace(calibration, architectures=tuple(architectures.items()))
+
+    return Parameter(f"{arch}.megatron_{field}", low, high, get, set_, unmeasured)
 
 
 def _parameter(field: str, low: float, high: float) -> Parameter:
@@ -99,7 +113,8 @@ def _parameter(field: str, low: float, high: float) -> Parameter:
         changes: dict[str, Any] = {field: value}
         return replace(calibration, **changes)
 
-    return Parameter(field, low, high, lambda c: float(getattr(c, field)), set_)
+    # A shared constant every row prices: never unmeasured while any row is fitted.
+    return Parameter(field, low, high, lambda c: float(getattr(c, field)), set_, lambda c: c)
 
 
 PARAMETERS = (
@@ -126,8 +141,12 @@ PARAMETERS = (
 )
 
 
-def apply(calibration: Calibration, values: np.ndarray) -> Calibration:
-    for parameter, value in zip(PARAMETERS, values, strict=True):
+def apply(
+    calibration: Calibration,
+    values: np.ndarray,
+    parameters: Sequence[Parameter] = PARAMETERS,
+) -> Calibration:
+    for parameter, value in zip(parameters, values, strict=True):
         calibration = parameter.set(calibration, float(value))
     return calibration
 
@@ -193,24 +212,54 @@ def fit_goodput(
     return best
 
 
+def unmeasured_parameters(
+    catalog: Catalog, start: Calibration, held_out: frozenset[str] = frozenset()
+) -> list[Parameter]:
+    """The constants no row outside `held_out` prices: set to either end of its range, one
+    changes no residual (say, Hopper's matrix efficiency for PyTorch's kernels with
+    MosaicML's two H100 rows held out). Every constant is first written as a value of its
+    own (Megatron-Core's start from PyTorch's), so none is read through another."""
+    start = apply(start, np.array([p.get(start) for p in PARAMETERS]))
+    base = residuals(catalog, start, held_out)
+    return [
+        parameter
+        for parameter in PARAMETERS
+        if all(
+            np.array_equal(residuals(catalog, parameter.set(start, end), held_out), base)
+            for end in (parameter.low, parameter.high)
+        )
+    ]
+
+
 def fit(
     catalog: Catalog, start: Calibration, held_out: frozenset[str] = frozenset()
 ) -> Calibration:
-    """Constants minimising `residuals`, starting from `start`."""
-    x0 = np.array([p.get(start) for p in PARAMETERS])
-    lows = np.array([p.low for p in PARAMETERS])
-    highs = np.array([p.high for p in PARAMETERS])
+    """Constants minimising `residuals`, starting from `start`. A constant no fitted row
+    prices (`unmeasured_parameters`) is not fitted, which would leave it wherever the
+    solver's steps took it, but set as the planner sets an unmeasured one
+    (`Parameter.unmeasured`: the `default` architecture's value, or PyTorch's kernels'
+    for Megatron-Core's)."""
+    unmeasured = {p.name for p in unmeasured_parameters(catalog, start, held_out)}
+    free = [p for p in PARAMETERS if p.name not in unmeasured]
+    x0 = np.array([p.get(start) for p in free])
+    lows = np.array([p.low for p in free])
+    highs = np.array([p.high for p in free])
     x0 = np.clip(x0, lows + 1e-9, highs - 1e-9)
     scale = highs - lows
+
     result = least_squares(
-        lambda x: residuals(catalog, apply(start, x), held_out),
+        lambda x: residuals(catalog, apply(start, x, free), held_out),
         x0,
         bounds=(lows, highs),
         x_scale=scale,
         diff_step=1e-3,
         max_nfev=200,
     )
-    return apply(start, result.x)
+    fitted = apply(start, result.x, free)
+    for parameter in PARAMETERS:
+        if parameter.name in unmeasured:
+            fitted = parameter.unmeasured(fitted)
+    return fitted
 
 
 def _rounded(value: float) -> float:

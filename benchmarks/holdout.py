@@ -6,7 +6,10 @@ the held-out errors beside the in-sample ones. Hopper has three fitted groups: M
 H100 rows (PyTorch's kernels), and two of Megatron-Core's kernels, NeMo's
 (`MEGATRON_GROUP`) and Megatron-LM's own H100 scaling table (`MEGATRON_README_GROUP`),
 each predicted by the Megatron-Core constants the other sets; torchtitan's Grand Teton
-rows are never fitted.
+rows are never fitted. A constant that no row outside the held-out group prices (PyTorch's
+Hopper matrix efficiency, with MosaicML's H100 rows out) is set as the planner sets one
+it has no measurement of (`fit_calibration.unmeasured_parameters`): the `default`
+architecture's value.
 """
 
 from __future__ import annotations

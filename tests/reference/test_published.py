@@ -23,7 +23,8 @@ from benchmarks.accuracy import (
     run_gpu_hours_of,
     spearman,
 )
-from benchmarks.fit_calibration import fit_goodput
+from benchmarks.fit_calibration import fit_goodput, unmeasured_parameters
+from benchmarks.holdout import groups
 from benchmarks.reference_data import (
     STEP_FIT_RUNS,
     benchmark_rows,
@@ -192,3 +193,17 @@ def test_run_goodput_is_what_the_fit_gives(catalog: Catalog) -> None:
     """calibration.yaml's whole-run goodput is `fit_goodput` on published_runs.csv with
     the stored step-time constants (a few seconds: one search per run)."""
     assert fit_goodput(catalog, catalog.calibration) == catalog.calibration.run_goodput
+
+
+def test_a_constant_no_fitted_row_prices_is_found(catalog: Catalog) -> None:
+    """With MosaicML's two H100 rows held out, no fitted row runs PyTorch's kernels on
+    Hopper, so a held-out fit sets that matrix efficiency as the planner sets an
+    unmeasured architecture's (the `default` entry's), not where the solver's steps left
+    it; with every row fitted, each constant is priced by some row."""
+    h100 = groups(catalog)["MosaicML H100-SXM5-80GB"]
+    unmeasured = unmeasured_parameters(catalog, catalog.calibration, h100)
+    assert [p.name for p in unmeasured] == ["hopper.gemm_efficiency"]
+    fallback = unmeasured[0].unmeasured(catalog.calibration)
+    default = catalog.calibration.architecture("default").gemm_efficiency
+    assert fallback.architecture("hopper").gemm_efficiency == default
+    assert unmeasured_parameters(catalog, catalog.calibration) == []

@@ -18,6 +18,7 @@ from trainplan.controller import ControllerContext, OperatorConfig, run_operator
 from trainplan.controller import runner as runner_module
 from trainplan.controller.config import (
     PRIORITY_TIEBREAK_VALUES,
+    TIMER_STOP_POLLING_SECONDS,
     configure_kopf,
     seniority_priority,
 )
@@ -62,6 +63,15 @@ def test_kopf_gets_the_lifetime_and_no_keep_alive_log_lines() -> None:
     configure_kopf(settings, OperatorConfig(peering_name="trainplan", peering_lifetime_seconds=15))
     assert settings.peering.lifetime == 15
     assert settings.peering.stealth is True
+
+
+def test_a_deleted_plans_stopped_timer_is_noticed_within_seconds() -> None:
+    # Kopf deletes a plan once its ETA timer has exited, checking again every
+    # `cancellation_polling` seconds while a revision still runs (60 by default).
+    settings = kopf.OperatorSettings()
+    assert settings.background.cancellation_polling == 60
+    configure_kopf(settings, OperatorConfig())
+    assert settings.background.cancellation_polling == TIMER_STOP_POLLING_SECONDS <= 5
 
 
 @pytest.fixture

@@ -121,11 +121,20 @@ def seniority_priority(started: datetime, tiebreak: int) -> int:
     return (_MILLISECONDS_CEILING - milliseconds) * PRIORITY_TIEBREAK_VALUES + tiebreak
 
 
+TIMER_STOP_POLLING_SECONDS = 1.0
+"""Seconds between Kopf's checks that a deleted plan's ETA timer has stopped. A plan is
+deleted only once its timer has exited; when a revision is still running at the
+deletion, Kopf checks again after this many seconds (its default, 60, kept a deleted
+plan and a plan applied again under its name waiting a minute: `kopf._core.engines.
+daemons`, timers poll `settings.background.cancellation_polling`)."""
+
+
 def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """Kopf's settings for trainplan: progress, last-handled state and the finalizer under
     the `trainplan.dev` prefix (annotations, so `status` holds only trainplan's fields),
-    watch and request timeouts, which log records become Events, and the admission
-    webhook server when `webhook_port` is set."""
+    watch and request timeouts, which log records become Events, how soon a deleted
+    plan's stopped timer is noticed, and the admission webhook server when `webhook_port`
+    is set."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
@@ -139,6 +148,7 @@ def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.posting.level = config.event_level
     settings.peering.lifetime = config.peering_lifetime_seconds
     settings.peering.stealth = True  # no log line per keep-alive
+    settings.background.cancellation_polling = TIMER_STOP_POLLING_SECONDS
     if config.webhook_port is not None:
         settings.admission.server = webhook_server(config)
         settings.admission.managed = config.webhook_managed
