@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from trainplan.planner.catalog import Catalog
-from trainplan.planner.frameworks import FRAMEWORK_LIMITS, with_framework
+from trainplan.planner.frameworks import FRAMEWORK_LIMITS, FrameworkLimits, with_framework
 from trainplan.planner.layout import AttentionKernel, Checkpointing, SelectiveRecompute, Workload
 from trainplan.planner.search import LayoutPins
 from trainplan.planner.shapes import ModelShape
@@ -198,7 +198,7 @@ def benchmark_rows(catalog: Catalog) -> Iterator[BenchmarkRow]:
         workload = _with_framework(workload, row)
         if TENSOR_COMM_OVERLAP_NOTE in row["notes"]:
             workload = replace(workload, tensor_comm_overlap=True)
-        pins = _pins(row)
+        pins = _framework_pins(row)
         if row["measured_step_seconds"].strip():
             measured = float(row["measured_step_seconds"])
         else:
@@ -208,15 +208,27 @@ def benchmark_rows(catalog: Catalog) -> Iterator[BenchmarkRow]:
         yield BenchmarkRow(row["id"], row["source"], workload, gpus, pins, measured, mfu)
 
 
-def _with_framework(workload: Workload, row: dict[str, str]) -> Workload:
-    """`workload` under the row's `framework` column (its kernels, overlaps and schedules)
-    where the row gives one; elsewhere the planner's defaults."""
+def _framework(row: dict[str, str]) -> FrameworkLimits | None:
+    """The row's `framework` column (its kernels, overlaps, schedules and what it can
+    run), None where the row gives none (the planner's defaults)."""
     framework = (row.get("framework") or "").strip()
     if not framework:
-        return workload
+        return None
     if framework not in FRAMEWORK_LIMITS:
         raise ValueError(f"{row['id']}: unknown framework {framework!r}")
-    return with_framework(workload, FRAMEWORK_LIMITS[framework])
+    return FRAMEWORK_LIMITS[framework]
+
+
+def _with_framework(workload: Workload, row: dict[str, str]) -> Workload:
+    """`workload` as the row's framework runs it (`_framework`)."""
+    limits = _framework(row)
+    return workload if limits is None else with_framework(workload, limits)
+
+
+def _framework_pins(row: dict[str, str]) -> LayoutPins:
+    """`_pins`, searched within what the row's framework runs (`_framework`)."""
+    pins, limits = _pins(row), _framework(row)
+    return pins if limits is None else replace(pins, framework=limits)
 
 
 def _selective_recompute(notes: str) -> SelectiveRecompute:
@@ -351,5 +363,5 @@ def run_rows(catalog: Catalog) -> Iterator[RunRow]:
             hours_basis=_hours_basis(row["hours_basis"]),
             hours_basis_stated=_flag(row, "hours_basis_stated", True),
             group=run_group(row["id"]),
-            pins=_pins(row),
+            pins=_framework_pins(row),
         )

@@ -33,6 +33,7 @@ from benchmarks.reference_data import (
     sweep_rows,
 )
 from trainplan.planner import Catalog
+from trainplan.planner.frameworks import FRAMEWORK_LIMITS
 from trainplan.planner.memory import estimate_memory
 from trainplan.planner.shapes import parameter_count
 
@@ -114,6 +115,7 @@ def test_megatron_lm_table_is_priced_as_megatron_core_ran_it(catalog: Catalog) -
     rows = [row for row in benchmark_rows(catalog) if row.row_id.startswith("meg24-")]
     assert len(rows) == 9
     for row in rows:
+        assert row.pins.framework == FRAMEWORK_LIMITS["megatron"]  # searched as it runs
         assert row.workload.kernels == "megatron-core"
         assert row.workload.param_gather_overlap
         assert row.workload.tensor_comm_overlap
