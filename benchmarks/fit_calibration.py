@@ -113,7 +113,7 @@ def _parameter(field: str, low: float, high: float) -> Parameter:
         changes: dict[str, Any] = {field: value}
         return replace(calibration, **changes)
 
-    # A shared constant every row prices: never unmeasured while any row is fitted.
+    # A shared constant has no other value to fall back on: unmeasured, it keeps its start.
     return Parameter(field, low, high, lambda c: float(getattr(c, field)), set_, lambda c: c)
 
 
