@@ -3,8 +3,9 @@
 `python -m benchmarks.fit_calibration [--write]` minimises, by bounded least squares
 (scipy), the log errors of predicted step time on `published_benchmarks.csv` (every pin
 of each row applied) and on NeMo's bf16 rows on H100 of `published_fp8.csv`
-(`benchmarks.fp8.fitted_rows`, which alone set Megatron-Core's Hopper matrix-multiply
-efficiency), and of GPU-hours of the two LLaMA-1 runs priced as steady steps
+(`benchmarks.fp8.fitted_rows`, which with Megatron-LM's H100 table of
+`published_benchmarks.csv` set Megatron-Core's Hopper efficiencies), and of GPU-hours
+of the two LLaMA-1 runs priced as steady steps
 (`STEP_FIT_RUNS`), plus, for the vTrain sweeps, each layout's log error relative to its
 model's mean (so the sweeps shape the ranking of layouts, and the benchmarks and runs the
 level). Then, with those constants fixed, the whole-run goodput (`fit_goodput`) on every
@@ -85,27 +86,23 @@ def _arch_parameter(
 def _megatron_parameter(arch: str, field: str, low: float, high: float) -> Parameter:
     """Megatron-Core's own value of `field` (`gemm_efficiency` or
     `flash_attention_efficiency`) on `arch`, starting from the PyTorch kernels' where the
-    calibration has none yet."""
+    calibration has none yet; unmeasured, it has none again (PyTorch's value stands in, as
+    the planner reads it)."""
 
     def get(calibration: Calibration) -> float:
         entry = calibration.architecture(arch)
         own = getattr(entry, f"megatron_{field}")
         return float(getattr(entry, field) if own is None else own)
 
-    def set_(calibration: Calibration, value: float) -> Calibration:
+    def own(calibration: Calibration, value: float | None) -> Calibration:
         architectures = dict(calibration.architectures)
         changes: dict[str, Any] = {f"megatron_{field}": value}
         architectures[arch] = replace(architectures[arch], **changes)
         return replace(calibration, architectures=tuple(architectures.items()))
 
-    def unmeasured(calibration: Calibration) -> Calibration:
-        # No value of its own: PyTorch's kernels' value stands in, as the planner reads it.
-        architectures = dict(calibration.architectures)
-        changes: dict[str, Any] = {f"megatron_{field}": None}
-        architectures[arch] = replace(architectures[arch], **changes)
-        return replace(calibration, architectures=tuple(architectures.items()))
-
-    return Parameter(f"{arch}.megatron_{field}", low, high, get, set_, unmeasured)
+    return Parameter(
+        f"{arch}.megatron_{field}", low, high, get, own, lambda calibration: own(calibration, None)
+    )
 
 
 def _parameter(field: str, low: float, high: float) -> Parameter:
@@ -120,8 +117,9 @@ def _parameter(field: str, low: float, high: float) -> Parameter:
 PARAMETERS = (
     # Only A100 and H100 have published measurements here: other architectures take the
     # A100 values, and the H100 its own matrix-multiply efficiency, for PyTorch's kernels
-    # (MosaicML's rows) and for Megatron-Core's (NeMo's rows). On the A100, Megatron-LM's
-    # and MosaicML's rows share one value (no published gap between the two there).
+    # (MosaicML's rows) and for Megatron-Core's (NeMo's rows and Megatron-LM's table).
+    # On the A100, Megatron-LM's and MosaicML's rows share one value (no published gap
+    # between the two there).
     _arch_parameter("ampere", "gemm_efficiency", 0.5, 0.95, also=("default",)),
     _arch_parameter("ampere", "hbm_efficiency", 0.4, 0.95, also=("default", "hopper")),
     _arch_parameter("ampere", "flash_attention_efficiency", 0.2, 0.8, also=("default", "hopper")),

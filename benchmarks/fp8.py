@@ -8,9 +8,11 @@ speed-up (bf16 step / fp8 step) is compared with the planner's, and each step ti
 the planner's. Prints a markdown table; exits 0 (tolerances: tests/reference/test_fp8.py).
 
 The speed-ups are never fitted. The bf16 step times of NeMo on the catalog's H100
-(`fitted_rows`) are: they are the only published measurements of Megatron-Core's kernels
-on Hopper, and `benchmarks.fit_calibration` fits
-`ArchitectureEfficiency.megatron_gemm_efficiency` to them.
+(`fitted_rows`) are: with Megatron-LM's H100 table (`published_benchmarks.csv`) they are
+the published measurements of Megatron-Core's kernels on Hopper, and
+`benchmarks.fit_calibration` fits Megatron-Core's Hopper efficiencies
+(`ArchitectureEfficiency.megatron_gemm_efficiency`, `megatron_flash_attention_efficiency`)
+to them.
 """
 
 from __future__ import annotations

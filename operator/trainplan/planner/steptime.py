@@ -681,12 +681,14 @@ def data_comm_seconds(
         return max(0.0, seconds - layout.accumulation_steps * hidden)
     overlaps = _reduction_overlaps(workload, layout)
     overlap = calibration.data_parallel_overlap
-    hidden = overlap * backward_seconds_per_micro_batch
 
-    def exposed(exchange_seconds: float) -> float:
+    def exposed(
+        exchange_seconds: float, under_seconds: float = backward_seconds_per_micro_batch
+    ) -> float:
+        """What of `exchange_seconds` the compute of `under_seconds` does not hide."""
         if not overlaps:
             return exchange_seconds
-        return max(exchange_seconds * (1 - overlap), exchange_seconds - hidden)
+        return max(exchange_seconds * (1 - overlap), exchange_seconds - overlap * under_seconds)
 
     # Every micro-batch syncs where the framework does not hold gradients back until the
     # last one (`Workload.sync_every_micro_batch`): the whole exchange, each time.
@@ -698,9 +700,7 @@ def data_comm_seconds(
         return exposed(seconds) + earlier * exposed(scatter)
     if workload.param_gather_overlap and layout.zero_stage >= 1:
         scatter = _exchange_seconds(workload, layout, calibration, gradients_only=True)
-        gather = seconds - scatter
-        gather_hidden = overlap * forward_seconds_per_micro_batch
-        return exposed(scatter) + max(gather * (1 - overlap), gather - gather_hidden)
+        return exposed(scatter) + exposed(seconds - scatter, forward_seconds_per_micro_batch)
     return exposed(seconds)
 
 
