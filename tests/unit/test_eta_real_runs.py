@@ -1,13 +1,15 @@
 """The ETA engine on what real training does to it: steps longer than the revision
 interval, restarts hidden by missing metrics, repeated or backward timestamps, coarse
 revisions, outages in progress, a cluster worse than the fleet, a batch-size ramp-up,
-temporary slowdowns, one outage seen as many pod failures, and the range's coverage.
+temporary slowdowns, a lasting change of speed, one outage seen as many pod failures,
+and the range's coverage.
 Each test replays a simulated run (`benchmarks.eta_runs`) or a hand-written trace."""
 
 from __future__ import annotations
 
 import itertools
 import math
+import random
 import statistics
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -17,6 +19,7 @@ import pytest
 from benchmarks.eta_runs import Failures, Rampup, Regime, Scheduled, Slowdowns, simulate
 from trainplan.eta import EtaState, Observation, PlanFacts, revise
 from trainplan.eta.backtest import ReplayedRevision, replay, score
+from trainplan.eta.speed import SpeedStats, add_interval, projected_speed
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 HOUR = 3600.0
@@ -284,6 +287,34 @@ def test_a_temporary_slowdown_is_not_extrapolated_to_the_rest_of_the_run() -> No
     # The slow hours count for their share of the run, not for all of its rest.
     assert max(error(r) for r in around) < 0.08
     assert error(_at(replayed.revisions, 0.75)) < 0.02
+
+
+def test_a_lasting_change_of_speed_is_taken_up_and_kept() -> None:
+    # OPT-175B ran at 27.7 s a step for its first weeks and at 20.8 s after a software
+    # upgrade (benchmarks.eta_chronicles). Once the new speed has held for days, the rest
+    # of the run is priced at it, and it stays so when the run's history reaches six
+    # 64-hour batches: in batches that long the change itself is one of five successive
+    # differences, and judged against them it hid itself (the engine then went back to
+    # the whole run's mean: 25.1 s after 5 days at the new speed, 23.4 s after 12).
+    noise = random.Random(3)
+
+    def ran(stats: SpeedStats, days: float, step_seconds: float) -> SpeedStats:
+        elapsed = 0.0
+        while elapsed < days * 86400.0:
+            seconds = 10 * step_seconds * math.exp(noise.gauss(0.0, 0.02))
+            stats, elapsed = add_interval(stats, seconds, 10.0), elapsed + seconds
+        return stats
+
+    before = ran(SpeedStats(), 14, 27.7)
+    horizon_seconds = 20 * 86400.0
+    after_five = ran(before, 5, 20.8)
+    after_twelve = ran(after_five, 7, 20.8)
+    for stats in (after_five, after_twelve):
+        projected = projected_speed(
+            stats, horizon_seconds, fallback_dispersion=0.04, drift_floor=0.02
+        )
+        assert projected is not None
+        assert projected.seconds_per_work == pytest.approx(20.8, rel=0.04)
 
 
 def test_one_outage_seen_as_many_pod_failures_is_one_interruption() -> None:

@@ -41,6 +41,10 @@ BATCH_SECONDS = (3600.0, 4 * 3600.0, 16 * 3600.0, 64 * 3600.0)
 MIN_BATCHES = 6
 SHIFT_Z = 3.0
 """A level shift must stand this many standard deviations of the run's own wander."""
+SHIFT_BATCHES = 4.0
+"""The noise a level shift is judged against comes from batches at most 1/4 of the
+window long: in batches as long as the window, the shift itself is one of the few
+successive differences and hides itself."""
 SHIFT_MIN_SECONDS = 48 * 3600.0
 """...and have lasted at least two days of running (a slow node is found and fixed
 sooner: BLOOM's took about three days to find at 5%, chronicles.md:250-303; a 2x
@@ -215,14 +219,21 @@ def _interpolated(
     )
 
 
-def wander_at(stats: SpeedStats, horizon_seconds: float, *, local: bool = False) -> float:
+def wander_at(
+    stats: SpeedStats,
+    horizon_seconds: float,
+    *,
+    local: bool = False,
+    longest_batch_seconds: float = math.inf,
+) -> float:
     """The variance (log scale) of the mean speed over the next `horizon_seconds`, by
     batch means: the variance of the log speed over the run's past batches of the longest
-    length with at least `MIN_BATCHES` of them, scaled by length / horizon (batches that
-    long are nearly independent; Law, Simulation Modeling and Analysis, 5th ed., section
-    9.5.3). 0 until the run has that many batches of an hour."""
+    length (at most `longest_batch_seconds`) with at least `MIN_BATCHES` of them, scaled
+    by length / horizon (batches that long are nearly independent; Law, Simulation
+    Modeling and Analysis, 5th ed., section 9.5.3). 0 until the run has that many
+    batches of an hour."""
     for batch in reversed(stats.blocks):
-        if batch.count >= MIN_BATCHES:
+        if batch.count >= MIN_BATCHES and batch.length_seconds <= longest_batch_seconds:
             variance = batch.local_variance if local else batch.variance
             return variance * min(1.0, batch.length_seconds / max(horizon_seconds, 1.0))
     return 0.0
@@ -232,10 +243,12 @@ def _level_shift(stats: SpeedStats, fallback_dispersion: float) -> float | None:
     """The window to use when the speed has moved to a new level and stayed there: the
     speed over a recent window (a quarter of the run, at least `SHIFT_MIN_SECONDS`, at
     most half of it) differs from the whole run's by more than `SHIFT_Z` times what its
-    wander (batch means) explains, and so does the speed over half that window, on the
-    same side (a lasting change, not a slowdown that is passing; the two-window test of
-    Basseville and Nikiforov, Detection of Abrupt Changes, 1993, section 2.2). None: no
-    shift."""
+    wander (batch means, from batches at most 1/`SHIFT_BATCHES` of the window) explains,
+    and so does the speed over half that window, on the same side (a lasting change, not
+    a slowdown that is passing; the two-window test of Basseville and Nikiforov,
+    Detection of Abrupt Changes, 1993, section 2.2). The answer is the younger window:
+    its weights reach half as far back, so less of the old speed is mixed into the new.
+    None: no shift."""
     history = stats.productive_seconds
     recent = max(SHIFT_MIN_SECONDS, history / 4)
     if recent > history / 2 or not stats.blocks:
@@ -244,14 +257,17 @@ def _level_shift(stats: SpeedStats, fallback_dispersion: float) -> float | None:
     sides = []
     for window in (recent, recent / 2):
         level = _interpolated(stats, window, fallback_dispersion)
-        noise = wander_at(stats, window, local=True) + level.standard_error_log_variance
+        noise = (
+            wander_at(stats, window, local=True, longest_batch_seconds=window / SHIFT_BATCHES)
+            + level.standard_error_log_variance
+        )
         if noise <= 0:
             return None
         gap = level.log_seconds_per_work - whole
         if abs(gap) <= SHIFT_Z * math.sqrt(noise):
             return None
         sides.append(gap > 0)
-    return recent if sides[0] == sides[1] else None
+    return recent / 2 if sides[0] == sides[1] else None
 
 
 def long_run_seconds_per_work(stats: SpeedStats) -> float | None:
