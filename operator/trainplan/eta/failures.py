@@ -23,7 +23,8 @@ outage of hours or days (BLOOM-176B's hangs, OPT-175B's outages). So there are t
 processes. Ordinary interruptions come at the rate above and cost a log-normal amount
 with the plan's cost (restart plus half a checkpoint interval) as prior median. Major
 outages (a cluster, storage or network incident; a hang nobody noticed) come at a rate
-per wall-clock second, whatever the job's size, and cost a log-normal amount with a
+per second of running, whatever the job's size (one that strikes while the run is down
+joins the interruption in progress), and cost a log-normal amount with a
 prior median of `MAJOR_PRIOR_MEDIAN_SECONDS`. Each law is updated by its own episodes
 (normal-inverse-chi-squared update of the log costs: Gelman et al., section 3.3), each
 episode counting for each kind by the probability that it was of that kind (its cost
@@ -83,7 +84,7 @@ MIN_COST_SECONDS = 1.0
 MAX_COST_LOG_SD = 2.0
 """Ceiling on the fitted spread of log costs: a mean at most e^2 = 7.4 medians."""
 MAJOR_PRIOR_PER_SECOND = 1.0 / (30 * 86400.0)
-"""Prior rate of major outages: one a month of wall-clock, whatever the job's size (a
+"""Prior rate of major outages: one a month of running, whatever the job's size (a
 cluster, storage or network incident, or a hang nobody noticed). BLOOM-176B lost about
 7, 18, 6 and 11 hours to a crash and three evaluation hangs in four months (its
 chronicles); Llama 3 needed significant manual intervention three times in 54 days
@@ -453,7 +454,7 @@ def _discounted(weight: float, shape: float, rate_seconds: float) -> GammaPart:
 
 
 def major_rate(outages: float, exposure_seconds: float) -> FailureRate:
-    """Posterior rate of major outages per second of wall-clock: the same mixture prior
+    """Posterior rate of major outages per second of running: the same mixture prior
     as the interruptions' (`RATE_PRIOR_MIXTURE`) about `MAJOR_PRIOR_PER_SECOND`, so a
     quiet fortnight does not make them unlikely and a bad one makes them likely."""
     return failure_rate(
