@@ -8,9 +8,7 @@ For each it reports the median absolute error of the predicted end (relative to 
 run's real duration) at 10/25/50/75/90% of progress, the mean absolute error over
 10-90%, and the share of revisions whose 10-90% range holds the real end, for the
 engine and for three baselines: naive extrapolation, measured step time x work left,
-and the plan alone. Beside each simulated row's coverage, the 5-95% interval of its
-mean over the seeds resampled (`seed_interval`): a run's revisions are not independent,
-so a row's coverage rests on few effective samples.
+and the plan alone.
 
 Goals (exit 1 when one is missed): no crash and no non-finite estimate; on every regime
 and trace the engine's mean error at most naive's; on the real traces at most 0.8 x the
@@ -25,7 +23,6 @@ from __future__ import annotations
 import math
 import os
 import platform
-import random
 import statistics
 import sys
 import time
@@ -56,8 +53,6 @@ GOAL_REAL_RATIO = 0.8
 GOAL_BLOOM = {0.25: 0.08, 0.50: 0.06, 0.75: 0.03}
 GOAL_INTERVAL_POINTS = 0.02
 GOAL_COVERAGE = (0.70, 0.90)
-BOOTSTRAP_RESAMPLES = 2000
-"""Resamples of a row's seeds behind its coverage interval."""
 
 
 def _steps(days: float, step_seconds: float) -> int:
@@ -267,23 +262,6 @@ class Figures:
     mean_error: dict[str, float | None]
     """Mean over seeds of the mean absolute error over 10-90%, per method."""
     coverage: float | None
-    coverage_interval: tuple[float, float] | None = None
-    """5th and 95th percentiles of the coverage over the seeds resampled (None: one run)."""
-
-
-def seed_interval(values: Sequence[float]) -> tuple[float, float] | None:
-    """5th and 95th percentiles of the mean of `values` (one per seed) over resamples of
-    the seeds with replacement: how far the row's figure could have landed with other
-    seeds of the same regime (the percentile bootstrap: Efron and Tibshirani, An
-    Introduction to the Bootstrap, 1993, section 13.3). Deterministic; None below two
-    seeds."""
-    if len(values) < 2:
-        return None
-    draw = random.Random(0)
-    means = sorted(
-        statistics.fmean(draw.choices(values, k=len(values))) for _ in range(BOOTSTRAP_RESAMPLES)
-    )
-    return means[int(0.05 * BOOTSTRAP_RESAMPLES)], means[int(0.95 * BOOTSTRAP_RESAMPLES) - 1]
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -305,7 +283,6 @@ def figures(outcomes: Sequence[Outcome]) -> Figures:
         },
         mean_error={m: _mean([s.mean_error[m] for s in scores]) for m in METHODS},
         coverage=_mean([s.coverage for s in scores]),
-        coverage_interval=seed_interval([s.coverage for s in scores if s.coverage is not None]),
     )
 
 
@@ -316,7 +293,7 @@ def _percent(value: float | None) -> str:
 def _table(rows: dict[tuple[str, float], Figures]) -> list[str]:
     lines = [
         "| run | interval | ETA at 10/25/50/75/90% | naive | measured x left | plan | "
-        "MAE 10-90%: ETA / naive / measured / plan | range coverage (5-95% over seeds) |",
+        "MAE 10-90%: ETA / naive / measured / plan | range coverage |",
         "|---|---:|---|---|---|---|---|---:|",
     ]
     for (name, interval), found in rows.items():
@@ -326,11 +303,9 @@ def _table(rows: dict[tuple[str, float], Figures]) -> list[str]:
                 " / ".join(_percent(found.at_progress[p][method]) for p in PROGRESS_POINTS)
             )
         mae = " / ".join(_percent(found.mean_error[m]) for m in METHODS)
-        spread = found.coverage_interval
-        over_seeds = "one run" if spread is None else "-".join(_percent(v) for v in spread)
         lines.append(
             f"| {name} | {interval:.0f} s | {' | '.join(cells)} | {mae} | "
-            f"{_percent(found.coverage)}% ({over_seeds}) |"
+            f"{_percent(found.coverage)}% |"
         )
     return lines
 
@@ -446,27 +421,7 @@ def main() -> int:
     print("\nGoals: " + ("all met" if not missed else "MISSED"))
     for line in missed:
         print(f"- {line}")
-    reach = seeds_reach_goal(rows)
-    if reach:
-        print(
-            "\nCoverage outside 70-90% whose 5-95% interval over seeds reaches into it "
-            "(other seeds of the regime could have met it): " + ", ".join(reach)
-        )
     return 1 if missed else 0
-
-
-def seeds_reach_goal(rows: dict[tuple[str, float], Figures]) -> list[str]:
-    """The rows whose coverage misses `GOAL_COVERAGE` while its interval over seeds
-    overlaps it."""
-    low, high = GOAL_COVERAGE
-    found = []
-    for (name, interval), figures_ in rows.items():
-        coverage, spread = figures_.coverage, figures_.coverage_interval
-        if coverage is None or spread is None or low <= coverage <= high:
-            continue
-        if spread[0] <= high and spread[1] >= low:
-            found.append(f"{name} at {interval:.0f} s")
-    return found
 
 
 def describe(chronicles: Sequence[Chronicle] = CHRONICLES) -> list[str]:

@@ -1,6 +1,5 @@
 """The public runs rebuilt from their chronicles meet the chronicles' own progress
-anchors, a short version of the real-scale ETA benchmark runs to the end, and its
-coverage interval over seeds says how far other seeds could move a row."""
+anchors, and a short version of the real-scale ETA benchmark runs to the end."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from benchmarks.eta_chronicles import BLOOM, CHRONICLES, OPT, rebuild
-from benchmarks.eta_real_scale import Figures, seed_interval, seeds_reach_goal
 from trainplan.eta.backtest import real_end
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,33 +57,3 @@ def test_the_real_scale_benchmark_runs_quickly_to_the_end() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "| bloom-176b | 300 s |" in result.stdout
     assert "| steps-120s | 30 s |" in result.stdout
-
-
-def test_the_coverage_interval_over_seeds_brackets_their_mean_and_narrows_with_more() -> None:
-    few = [0.99, 0.97, 0.70, 0.95, 0.98, 0.92, 0.99, 0.96]
-    interval = seed_interval(few)
-    assert interval is not None
-    low, high = interval
-    assert low < sum(few) / len(few) < high
-    assert high <= max(few)
-    assert low >= min(few)
-    # The same spread of seeds, four times as many: the mean is surer.
-    more = seed_interval(few * 4)
-    assert more is not None
-    assert more[1] - more[0] < (high - low) * 0.7
-    assert seed_interval([0.9]) is None
-    assert seed_interval(few) == interval  # deterministic
-
-
-def test_a_coverage_miss_is_flagged_when_other_seeds_could_have_met_the_goal() -> None:
-    def row(coverage: float, spread: tuple[float, float] | None) -> Figures:
-        return Figures(at_progress={}, mean_error={}, coverage=coverage, coverage_interval=spread)
-
-    rows = {
-        ("near", 300.0): row(0.91, (0.86, 0.95)),
-        ("far", 300.0): row(0.97, (0.95, 0.99)),
-        ("met", 300.0): row(0.80, (0.75, 0.85)),
-        ("one-run", 300.0): row(0.95, None),
-        ("narrow", 30.0): row(0.66, (0.58, 0.73)),
-    }
-    assert seeds_reach_goal(rows) == ["near at 300 s", "narrow at 30 s"]
