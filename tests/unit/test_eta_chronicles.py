@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.eta_chronicles import BLOOM, CHRONICLES, OPT, rebuild
+from benchmarks.eta_real_scale import thirds
 from trainplan.eta.backtest import real_end
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,3 +58,9 @@ def test_the_real_scale_benchmark_runs_quickly_to_the_end() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "| bloom-176b | 300 s |" in result.stdout
     assert "| steps-120s | 30 s |" in result.stdout
+
+
+def test_coverage_is_also_shown_over_each_third_of_the_seeds() -> None:
+    # In seed order, disjoint; the last third takes what does not divide.
+    assert thirds([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]) == pytest.approx((0.85, 0.65, 0.4))
+    assert thirds([0.9, 0.8]) == ()
