@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.eta_chronicles import BLOOM, CHRONICLES, OPT, rebuild
 from benchmarks.eta_real_scale import thirds
-from trainplan.eta.backtest import real_end
+from trainplan.eta.backtest import real_end, replay
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,6 +44,18 @@ def test_opt_counts_its_chronicled_restarts() -> None:
     # ~90 restarts (final_update.md:24) are told as dated gaps, rollbacks and automatic
     # recoveries, plus the unexplained time between anchors.
     assert 70 <= rebuilt.run.interruptions <= 140
+
+
+def test_opt_is_priced_at_its_speed_after_the_upgrade() -> None:
+    # OPT-175B ran at 27.7 s an update in November and at ~20.8 s from about 41k steps
+    # (run12.jpeg, run12_upgrade_shift.jpeg), 21.04 s with its checkpoints. A week and
+    # more after the change the rest of the run is priced at the new speed (the engine
+    # before the level-shift fix: 25.2, 24.3 and 23.3 s at these steps).
+    rebuilt = rebuild(OPT)
+    replayed = replay(rebuilt.facts, rebuilt.run.rows, interval_seconds=3600.0)
+    for step in (60_000, 71_000, 90_000):
+        revision = next(r for r in replayed.revisions if r.estimate.step >= step)
+        assert revision.estimate.step_seconds == pytest.approx(20.8 + 60 / 250, rel=0.04)
 
 
 def test_the_real_scale_benchmark_runs_quickly_to_the_end() -> None:
