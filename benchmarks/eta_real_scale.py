@@ -109,7 +109,7 @@ _REGIMES = (
         description="992 GPUs with OPT-175B's restarts: ~90 in 56 days (final_update.md:24), "
         "by hand (median 1.5 h), a tenth waiting hours for spare hosts "
         "(27_percent_update.md:12), a tenth hanging first; the plan states that rate and "
-        "restart time, as a team that has run there before would",
+        "the mean restart time (about 4 h), as a team that has run there before would",
         total_steps=_steps(30, 21.0),
         step_seconds=21.0,
         tokens_per_step=2 * 1024 * 1024,
@@ -126,7 +126,6 @@ _REGIMES = (
             major_per_day=MAJOR_PER_DAY,
         ),
         plan_rate_per_gpu_hour=90 / (56 * 24) / 992,
-        plan_restart_seconds=5400.0,
     ),
     Regime(
         name="stragglers",

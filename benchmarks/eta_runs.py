@@ -23,6 +23,8 @@ from trainplan.planner.reliability import estimate_reliability
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 """Simulated runs start here unless their regime says otherwise."""
+HANG_LOG_SD = 1.0
+"""Spread of the log length of a hang before someone restarts the job."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,21 @@ class Failures:
     (mean 1): a cluster has good and bad weeks (OPT-175B: 40+ restarts in the 16 days to
     3 December, 27_percent_update.md:6, then a few a week once spare hosts were kept,
     56_percent_update.md:8)."""
+
+    @property
+    def mean_restart_seconds(self) -> float:
+        """Mean time from an ordinary interruption to training again: the restart, a
+        wait for spare hosts now and then, a hang first now and then (each log-normal,
+        mean median x exp(sd^2 / 2))."""
+
+        def mean(median: float, log_sd: float) -> float:
+            return median * math.exp(log_sd**2 / 2)
+
+        return (
+            mean(self.restart_median_seconds, self.restart_log_sd)
+            + self.long_share * mean(3600.0 * self.long_median_hours, self.long_log_sd)
+            + self.hang_share * mean(self.hang_median_seconds, HANG_LOG_SD)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +162,8 @@ class Regime:
     plan_rate_per_gpu_hour: float | None = None
     """The plan's failure rate; None: the true rate."""
     plan_restart_seconds: float | None = None
-    """The plan's restart time; None: the true median."""
+    """The plan's restart time; None: the true mean (`Failures.mean_restart_seconds`), as
+    a team that has run on the cluster before would state it."""
     scrape_seconds: float = 30.0
     diurnal_amplitude: float = 0.0
     """The step time swings by this share over a day (Llama 3 405B: "a diurnal 1-2%
@@ -214,7 +232,7 @@ def plan_facts_for(regime: Regime) -> PlanFacts:
     restart = (
         regime.plan_restart_seconds
         if regime.plan_restart_seconds is not None
-        else failures.restart_median_seconds
+        else failures.mean_restart_seconds
     )
     step_seconds = regime.plan_step_seconds or regime.step_seconds * regime.plan_step_factor
     interval = regime.checkpoint_interval(regime.total_steps)
@@ -394,7 +412,7 @@ class _Simulation:
                     reported = True
                 else:
                     if self.random.random() < failures.hang_share:
-                        hang = self._lognormal(failures.hang_median_seconds, 1.0)
+                        hang = self._lognormal(failures.hang_median_seconds, HANG_LOG_SD)
                     down = self._lognormal(failures.restart_median_seconds, failures.restart_log_sd)
                     if self.random.random() < failures.long_share:
                         down += 3600.0 * self._lognormal(
