@@ -50,7 +50,7 @@ class Failures:
     report_delay_seconds: float = 45.0
     major_per_day: float = 0.0
     """Major outages per day of wall-clock, whatever the job's size (a cluster, storage or
-    network incident)."""
+    network incident); one that comes while the run is down joins that outage."""
     major_median_hours: float = 8.0
     major_log_sd: float = 1.0
     weekly_log_sd: float = 0.0
@@ -410,6 +410,13 @@ class _Simulation:
                     )
                     next_major = self._after(at + down, failures.major_per_day / 86400.0)
                     reported = True
+                    if at < now:
+                        # It came while the run was down: it joins that outage, and the
+                        # run resumes when both are over.
+                        down -= now - at
+                        at = now
+                        if down <= 0:
+                            continue
                 else:
                     if self.random.random() < failures.hang_share:
                         hang = self._lognormal(failures.hang_median_seconds, HANG_LOG_SD)
