@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from trainplan.eta import PlanFacts
 from trainplan.eta.backtest import TraceRow
+from trainplan.eta.distribution import lognormal_cumulants
 from trainplan.planner.reliability import estimate_reliability
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
@@ -64,15 +65,10 @@ class Failures:
         """Mean time from an ordinary interruption to training again: the restart, a
         wait for spare hosts now and then, a hang first now and then (each log-normal,
         mean median x exp(sd^2 / 2))."""
-
-        def mean(median: float, log_sd: float) -> float:
-            return median * math.exp(log_sd**2 / 2)
-
-        return (
-            mean(self.restart_median_seconds, self.restart_log_sd)
-            + self.long_share * mean(3600.0 * self.long_median_hours, self.long_log_sd)
-            + self.hang_share * mean(self.hang_median_seconds, HANG_LOG_SD)
-        )
+        restart = lognormal_cumulants(self.restart_median_seconds, self.restart_log_sd)
+        wait = lognormal_cumulants(3600.0 * self.long_median_hours, self.long_log_sd)
+        hang = lognormal_cumulants(self.hang_median_seconds, HANG_LOG_SD)
+        return restart.mean + self.long_share * wait.mean + self.hang_share * hang.mean
 
 
 @dataclass(frozen=True, slots=True)
