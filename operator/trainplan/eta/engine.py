@@ -37,7 +37,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from trainplan.eta.distribution import Cumulants, lognormal_cumulants, percentiles
+from trainplan.eta.distribution import Cumulants, LogNormal, Part, percentiles
 from trainplan.eta.failures import Episode, Interruptions, interruption_laws
 from trainplan.eta.model import Estimate, EtaState, Observation, PlanFacts
 from trainplan.eta.speed import (
@@ -447,14 +447,20 @@ def remaining_distribution(
     rest = outage_rest or Cumulants()
     if work_seconds <= 0 and rest.mean <= 0:
         return Remaining(0.0, 0.0, 0.0, 0.0, 0.0)
-    work = lognormal_cumulants(work_seconds, math.sqrt(work_log_variance))
     # Interruptions come while the run is up (the rate's exposure leaves the episodes
     # out, and one that strikes inside an episode joins it): over the work itself.
-    exposed = work.mean
-    parts = [(p, work + lost + rest) for p, lost in interruptions.over(exposed)]
+    work = Part(
+        1.0,
+        rest,
+        LogNormal(math.log(work_seconds), math.sqrt(work_log_variance))
+        if work_seconds > 0
+        else None,
+    )
+    exposed = work.mean - rest.mean
+    parts = [work.plus(lost) for lost in interruptions.over(exposed)]
     found = percentiles(parts)
     return Remaining(
-        mean=sum(p * part.mean for p, part in parts),
+        mean=sum(part.weight * part.mean for part in parts),
         median=found.p50,
         p10=found.p10,
         p90=found.p90,

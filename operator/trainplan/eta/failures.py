@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from trainplan.eta.distribution import Cumulants, compound_cumulants
+from trainplan.eta.distribution import Cumulants, LogNormal, Part, compound_raw_moments
 
 PRIOR_INTERRUPTIONS = 3.0
 """Shape of each Gamma component of the rate's prior: it weighs as much as three
@@ -373,6 +373,15 @@ class FailureRate:
             for part in self.parts
         )
 
+    def one_within(self, seconds: float) -> float:
+        """P(exactly one interruption in the next `seconds`)."""
+        total = 0.0
+        for part in self.parts:
+            if part.shape > 0:
+                p = part.rate_seconds / (part.rate_seconds + seconds)
+                total += part.weight * part.shape * p**part.shape * (1.0 - p)
+        return total
+
     @property
     def raw_moments(self) -> tuple[float, float, float]:
         """E L, E L^2, E L^3 of the rate L (per second)."""
@@ -543,26 +552,74 @@ class Interruptions:
                 raw[k] += weight / total * moment
         return Cumulants.from_raw(raw[0], raw[1], raw[2])
 
-    def over(self, exposure_seconds: float) -> list[tuple[float, Cumulants]]:
+    def over(self, exposure_seconds: float) -> list[Part]:
         """The time lost to interruptions over `exposure_seconds` of running, as a
-        mixture of (probability, cumulants): whether none, or some, of each kind come."""
-        kinds = []
-        for known, law in (
-            (self.ordinary_rate, self.ordinary_cost),
-            (self.major_rate, self.major_cost),
-        ):
-            rate = known.wandering(self.wander)
-            lost = compound_cumulants(rate.raw_moments, exposure_seconds, law.raw_moments)
-            # The mean cost is an estimate too: its error scales every interruption alike.
-            lost = replace(lost, variance=lost.variance + lost.mean**2 * law.mean_variance)
-            none = rate.none_within(exposure_seconds) if lost.mean > 0 else 1.0
-            kinds.append(((none, Cumulants()), (1.0 - none, lost.given_some(none))))
+        mixture of parts: none or some ordinary interruptions, and none, one or more
+        major outages."""
+        ordinary = _lost(
+            self.ordinary_rate.wandering(self.wander),
+            self.ordinary_cost,
+            exposure_seconds,
+            one_apart=False,
+        )
+        major = _lost(
+            self.major_rate.wandering(self.wander),
+            self.major_cost,
+            exposure_seconds,
+            one_apart=True,
+        )
         return [
-            (p_ordinary * p_major, ordinary + major)
-            for p_ordinary, ordinary in kinds[0]
-            for p_major, major in kinds[1]
-            if p_ordinary * p_major > 1e-12
+            joint
+            for first in ordinary
+            for second in major
+            if (joint := first.plus(second)).weight > _NEGLIGIBLE
         ]
+
+
+_NEGLIGIBLE = 1e-9
+"""A part of the mixture less likely than this is left out."""
+
+
+def _lost(
+    rate: FailureRate, law: CostLaw, exposure_seconds: float, *, one_apart: bool
+) -> list[Part]:
+    """The cost of one kind's interruptions over `exposure_seconds` as parts: none, one
+    (if `one_apart`: that cost's own log-normal) and the rest, whose raw moments are the
+    compound sum's over those counts. The mean cost is an estimate too: a log-normal
+    factor of mean 1 and squared coefficient of variation `law.mean_variance` scales
+    every interruption alike (E F^k = (1 + v)^(k(k-1)/2))."""
+    t = max(0.0, exposure_seconds)
+    moments = rate.raw_moments
+    if moments[0] * t <= 0:
+        return [Part(1.0)]
+    none = rate.none_within(t)
+    one = rate.one_within(t) if one_apart else 0.0
+    some = 1.0 - none - one
+    spread = 1.0 + law.mean_variance
+    parts = [Part(none)]
+    if one > _NEGLIGIBLE:
+        factor_log_variance = math.log(spread)
+        parts.append(
+            Part(
+                one,
+                single=LogNormal(
+                    law.log_median - factor_log_variance / 2,
+                    math.sqrt(law.log_sd**2 + factor_log_variance),
+                ),
+            )
+        )
+    if some > _NEGLIGIBLE:
+        factorial = (max(0.0, moments[0] * t - one), moments[1] * t**2, moments[2] * t**3)
+        raw = compound_raw_moments(factorial, law.raw_moments)
+        parts.append(
+            Part(
+                some,
+                Cumulants.from_raw(
+                    raw[0] / some, raw[1] * spread / some, raw[2] * spread**3 / some
+                ),
+            )
+        )
+    return parts
 
 
 def interruption_laws(
