@@ -609,6 +609,8 @@ def _lost(
             )
         )
     if some > _NEGLIGIBLE:
+        # N's factorial moments over the counts in this part: E N(N-1) and E N(N-1)(N-2)
+        # are nothing at N = 0 or 1, E N loses the one kept apart.
         factorial = (max(0.0, moments[0] * t - one), moments[1] * t**2, moments[2] * t**3)
         raw = compound_raw_moments(factorial, law.raw_moments)
         parts.append(
