@@ -244,13 +244,13 @@ def build_registry(
         context.metrics.forget(namespace, name)
         await follow_budget(context, dict(body), None)
 
-    @kopf.on.event(*_PLANS, registry=registry)
-    def gone(*, body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+    @kopf.on.event(*_PLANS, when=_is_deletion, registry=registry)
+    async def gone(*, body: kopf.Body, memo: Any, **_: Any) -> None:
         """A plan that holds no finalizer (Rejected, Succeeded, Failed: no ETA timer
         runs) is deleted at once and `forget` is never called: its DELETED watch event
-        drops its metrics series and ETA tracker all the same."""
-        if kwargs.get("type") != "DELETED":
-            return
+        drops its metrics series and ETA tracker all the same. Only that event calls it
+        (every status write is a plan event: no thread hop, no log line for those), and
+        on the event loop."""
         context = _context(memo)
         namespace, name = body.meta.namespace or "default", body.meta.name or ""
         context.revisions.forget(namespace, name)
@@ -311,6 +311,11 @@ def build_registry(
     if config.webhook_port is not None:
         register_admission(registry, config)
     return registry
+
+
+def _is_deletion(**kwargs: Any) -> bool:
+    """Kopf's filter: the watch event is a DELETED one."""
+    return bool(kwargs.get("type") == "DELETED")
 
 
 async def _still_wanted(body: kopf.Body, context: ControllerContext) -> bool:
