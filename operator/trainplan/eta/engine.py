@@ -449,15 +449,14 @@ def remaining_distribution(
         return Remaining(0.0, 0.0, 0.0, 0.0, 0.0)
     # Interruptions come while the run is up (the rate's exposure leaves the episodes
     # out, and one that strikes inside an episode joins it): over the work itself.
-    work = Part(
-        1.0,
-        rest,
+    work = (
         LogNormal(math.log(work_seconds), math.sqrt(work_log_variance))
         if work_seconds > 0
-        else None,
+        else None
     )
-    exposed = work.mean - rest.mean
-    parts = [work.plus(lost) for lost in interruptions.over(exposed)]
+    exposed = work.cumulants.mean if work is not None else 0.0
+    known = Part(1.0, rest, work)
+    parts = [known.plus(lost) for lost in interruptions.over(exposed)]
     found = percentiles(parts)
     return Remaining(
         mean=sum(part.weight * part.mean for part in parts),

@@ -361,26 +361,19 @@ class FailureRate:
             parts.append(GammaPart(part.weight, shape, part.rate_seconds * shape / part.shape))
         return FailureRate(tuple(parts))
 
-    def none_within(self, seconds: float) -> float:
-        """P(no interruption in the next `seconds`): the negative binomial's zero."""
-        return sum(
-            part.weight
-            * (
-                (part.rate_seconds / (part.rate_seconds + seconds)) ** part.shape
-                if part.shape > 0
-                else 1.0
-            )
-            for part in self.parts
-        )
-
-    def one_within(self, seconds: float) -> float:
-        """P(exactly one interruption in the next `seconds`)."""
-        total = 0.0
+    def none_and_one_within(self, seconds: float) -> tuple[float, float]:
+        """P(no interruption) and P(exactly one) in the next `seconds`: the negative
+        binomial's first two terms, p^shape and shape p^shape (1 - p), per component."""
+        none = one = 0.0
         for part in self.parts:
-            if part.shape > 0:
-                p = part.rate_seconds / (part.rate_seconds + seconds)
-                total += part.weight * part.shape * p**part.shape * (1.0 - p)
-        return total
+            if part.shape <= 0:
+                none += part.weight
+                continue
+            p = part.rate_seconds / (part.rate_seconds + seconds)
+            zero = part.weight * p**part.shape
+            none += zero
+            one += zero * part.shape * (1.0 - p)
+        return none, one
 
     @property
     def raw_moments(self) -> tuple[float, float, float]:
@@ -592,8 +585,9 @@ def _lost(
     moments = rate.raw_moments
     if moments[0] * t <= 0:
         return [Part(1.0)]
-    none = rate.none_within(t)
-    one = rate.one_within(t) if one_apart else 0.0
+    none, one = rate.none_and_one_within(t)
+    if not one_apart:
+        one = 0.0
     some = 1.0 - none - one
     spread = 1.0 + law.mean_variance
     parts = [Part(none)]
