@@ -9,6 +9,7 @@ import copy
 import urllib.request
 from typing import Any
 
+import kmock
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,6 +23,12 @@ pytestmark = pytest.mark.asyncio
 def _status(cluster: Cluster, name: str) -> dict[str, Any]:
     status: dict[str, Any] = cluster.plan(name).get("status", {})
     return status
+
+
+def _job_reads(cluster: Cluster, job: str) -> int:
+    """GET requests for the Job so far."""
+    path = f"/apis/batch/v1/namespaces/default/jobs/{job}"
+    return sum(1 for r in cluster.emulator if r.method == kmock.method.GET and r.url.path == path)
 
 
 def _condition(cluster: Cluster, name: str, kind: str) -> dict[str, Any]:
@@ -63,12 +70,16 @@ async def test_eta_follows_metrics_failures_and_scrape_errors(
     status = (await cluster.wait_for_phase(name, "Running"))["status"]
     pod.tokens_per_step = status["plan"]["tokensPerStep"]
 
+    job_reads = _job_reads(cluster, job)
     pod.step = 100
     pod.checkpoint_seconds = (20.0, 30.0)
     await cluster.wait_for(
         lambda: _status(cluster, name).get("progress", {}).get("step") == 100,
         "progress to reach step 100",
     )
+    # The revisions read the Job from the operator's index of its watch, never from the
+    # API server.
+    assert _job_reads(cluster, job) == job_reads
     status = _status(cluster, name)
     total = status["plan"]["totalSteps"]
     assert status["progress"]["totalSteps"] == total

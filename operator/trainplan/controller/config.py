@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
 import kopf
 
@@ -129,6 +131,29 @@ plan and a plan applied again under its name waiting a minute: `kopf._core.engin
 daemons`, timers poll `settings.background.cancellation_polling`)."""
 
 
+class SpecDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    """Kopf's last-handled state in an annotation, built without copying the status.
+
+    Kopf builds the essence it compares (the body less its status and system metadata)
+    on every watch event, by deep-copying the whole body and then deleting the status. A
+    running plan's status (its plan, estimate and conditions) is most of its body and is
+    written every ETA revision, so that copy was 4% of the operator's round at 1,000
+    plans. The essence is the same: the status is left out before the copy, not after
+    (unless a handler follows a status field, when Kopf's own build runs)."""
+
+    def build(
+        self,
+        *,
+        body: kopf.Body,
+        extra_fields: Iterable[kopf.FieldSpec] | None = None,
+    ) -> kopf.BodyEssence:
+        fields = list(extra_fields or ())
+        if not fields and "status" in body:
+            raw = {key: value for key, value in body.items() if key != "status"}
+            body = kopf.Body(cast(kopf.RawBody, raw))
+        return super().build(body=body, extra_fields=fields)
+
+
 def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """Kopf's settings for trainplan: progress, last-handled state and the finalizer under
     the `trainplan.dev` prefix (annotations, so `status` holds only trainplan's fields),
@@ -136,7 +161,7 @@ def configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     plan's stopped timer is noticed, and the admission webhook server when `webhook_port`
     is set."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = SpecDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
     settings.persistence.finalizer = f"{GROUP}/finalizer"

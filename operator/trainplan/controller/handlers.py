@@ -4,7 +4,6 @@ objects through `trainplan.cluster` and writes status once (Kopf's `patch`)."""
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -60,6 +59,7 @@ from trainplan.controller.reconcile import (
     waiting_for_deletion,
     waits_already_reported,
 )
+from trainplan.controller.revision import WorkloadIndex
 from trainplan.controller.webhook import register_admission
 from trainplan.launcher import KUEUE_JOB_UID_LABEL, LauncherError, workload_kind
 
@@ -203,7 +203,7 @@ def build_registry(
         patch.status["lastUpdatedTime"] = now.isoformat()
 
     @kopf.timer(*_PLANS, id="eta", interval=eta_interval_seconds, when=_active, registry=registry)
-    async def revise_eta(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+    async def revise_eta(*, body: kopf.Body, memo: Any, **kwargs: Any) -> None:
         """Revise a running plan's ETA from its Job, Pods and metrics: one status write
         onto the version revised (so a concurrent phase change is never overwritten),
         an Event for each transition."""
@@ -213,10 +213,10 @@ def build_registry(
         # Kopf's body follows new events while the revision awaits: the status is revised
         # from, and written onto, the version seen here, so that a write made meanwhile
         # (the child's phase, Kueue's admission) makes this one fail, not vanish.
-        snapshot = kopf.Body(cast(kopf.RawBody, copy.deepcopy(dict(body))))
+        snapshot = kopf.Body(cast(kopf.RawBody, _detached(body)))
         seen_version = snapshot.meta.get("resourceVersion")
         try:
-            update = await context.revisions.revise(snapshot, api, now)
+            update = await context.revisions.revise(snapshot, api, now, _workloads(kwargs))
             await api.patch(
                 API_VERSION,
                 TRAINING_PLAN_KIND,
@@ -293,6 +293,16 @@ def build_registry(
         labels={PLAN_LABEL: kopf.PRESENT},
         registry=registry,
     )(child_changed)
+    workload_resources = (("batch", "v1", "jobs"), ("jobset.x-k8s.io", "v1alpha2", "jobsets"))
+    for group, version, plural in workload_resources:
+        kopf.index(
+            group,
+            version,
+            plural,
+            id=WORKLOAD_INDICES[plural],
+            labels={PLAN_LABEL: kopf.PRESENT},
+            registry=registry,
+        )(index_workload)
 
     @kopf.on.event(
         "kueue.x-k8s.io",
@@ -311,6 +321,35 @@ def build_registry(
     if config.webhook_port is not None:
         register_admission(registry, config)
     return registry
+
+
+def _detached(body: kopf.Body) -> dict[str, Any]:
+    """The body as it is now, which later events leave alone: Kopf points a live body at
+    each new event's parsed object (`_replace_with`) and never changes an event's object
+    in place, so a copy of the top level is enough (a deep copy of every running plan's
+    body was 3% of the operator's round at 1,000 plans)."""
+    return dict(body)
+
+
+WORKLOAD_INDICES = {"jobs": "training_jobs", "jobsets": "training_jobsets"}
+"""Kopf's indices of the training workloads (by plural), each named by its handler id."""
+_INDEXED_KINDS = {"jobs": workload_kind("Job"), "jobsets": workload_kind("JobSet")}
+
+
+async def index_workload(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    """A training Job or JobSet under (namespace, name), as its last watch event had it:
+    the ETA revisions read it here instead of asking the API server for it every round
+    (the operator watches these kinds for their state anyway)."""
+    return {(body.meta.namespace or "default", body.meta.name or ""): _detached(body)}
+
+
+def _workloads(kwargs: Mapping[str, Any]) -> dict[tuple[str, str], WorkloadIndex]:
+    """The workload indices Kopf passed a handler, by (apiVersion, kind)."""
+    return {
+        _INDEXED_KINDS[plural]: kwargs[index]
+        for plural, index in WORKLOAD_INDICES.items()
+        if index in kwargs
+    }
 
 
 def _is_deletion(**kwargs: Any) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +44,9 @@ from trainplan.monitor import (
     summarize_gpus,
 )
 from trainplan.runtime.schema import TRAIN_STEP
+
+WorkloadIndex = Mapping[tuple[str, str], Collection[Mapping[str, Any]]]
+"""Kopf's index of one workload kind: (namespace, name) to the objects of that name (one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,13 +215,23 @@ async def revise_plan(
     config: OperatorConfig,
     tracker: PlanTracker,
     now: datetime,
+    workloads: Mapping[tuple[str, str], WorkloadIndex] | None = None,
 ) -> ProgressUpdate:
-    """Read everything about one running plan and revise its ETA."""
+    """Read everything about one running plan and revise its ETA. The Job (or JobSet) is
+    read from `workloads` (Kopf's index of that kind, by apiVersion and kind) when it
+    holds its kind, else from the API server."""
+    workloads = workloads or {}
     meta = body.get("metadata", {})
     namespace, name = str(meta.get("namespace", "default")), str(meta["name"])
     status = body.get("status", {}) or {}
     tracked = tracker.parsed(body.get("spec", {}) or {}, status)
-    job = await api.get(*tracked.workload, namespace, str(status.get("jobName", name)))
+    job_name = str(status.get("jobName", name))
+    index = workloads.get(tracked.workload)
+    job: Mapping[str, Any] | None
+    if index is None:
+        job = await api.get(*tracked.workload, namespace, job_name)
+    else:
+        job = next(iter(index.get((namespace, job_name), ())), None)
     pods = await api.list_objects("v1", "Pod", namespace, plan_pods_selector(name))
     tracker.failures = observe_failures(tracker.failures, pods, job)
     metrics, error = await read_metrics(
@@ -281,14 +294,24 @@ class EtaRevisions:
         return self._session
 
     async def revise(
-        self, body: Mapping[str, Any], api: KubernetesApi, now: datetime
+        self,
+        body: Mapping[str, Any],
+        api: KubernetesApi,
+        now: datetime,
+        workloads: Mapping[tuple[str, str], WorkloadIndex] | None = None,
     ) -> ProgressUpdate:
         """One revision of one plan: its Job, Pods and metrics folded into its tracker."""
         meta = body.get("metadata", {})
         key = (str(meta.get("namespace", "default")), str(meta.get("name", "")))
         tracker = self.trackers.setdefault(key, PlanTracker())
         return await revise_plan(
-            body, api=api, session=self.session(), config=self.config, tracker=tracker, now=now
+            body,
+            api=api,
+            session=self.session(),
+            config=self.config,
+            tracker=tracker,
+            now=now,
+            workloads=workloads,
         )
 
     def forget(self, namespace: str, name: str) -> None:
