@@ -34,6 +34,8 @@ def _plan(status: dict[str, Any] | None) -> dict[str, Any]:
                 "kubectl.kubernetes.io/last-applied-configuration": "{}",
             },
             "finalizers": [f"{GROUP}/finalizer"],
+            "ownerReferences": [{"kind": "GPUBudget", "name": "team"}],
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
         },
         "spec": {"model": {"parameters": 7e9}, "tokens": 2e12, "job": {"image": "trainer"}},
     }
@@ -50,7 +52,9 @@ STATUSES = [
 
 
 @pytest.mark.parametrize("status", STATUSES)
-@pytest.mark.parametrize("extra_fields", [None, ["status.phase"]])
+@pytest.mark.parametrize(
+    "extra_fields", [None, [("spec",)], ["spec.model"], ["status.phase"], [("metadata", "uid")]]
+)
 def test_the_essence_is_kopfs_own(
     status: dict[str, Any] | None, extra_fields: list[str] | None
 ) -> None:
@@ -59,7 +63,7 @@ def test_the_essence_is_kopfs_own(
     kopfs = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key=KEY)
     built = ours.build(body=body, extra_fields=extra_fields)
     assert built == kopfs.build(body=body, extra_fields=extra_fields)
-    assert "status" not in built or extra_fields
+    assert ("status" in built) == (extra_fields == ["status.phase"] and bool(status))
     annotations = built["metadata"]["annotations"]
     assert annotations["note"] == "kept"
     assert f"{GROUP}/{KEY}" not in annotations
