@@ -159,7 +159,7 @@ class SpecDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
 def _top_level(field: kopf.FieldSpec) -> str | None:
     """The top-level key a field (dotted, or as a path) lies under."""
-    if field is None or not field:
+    if not field:
         return None
     return field.split(".", 1)[0] if isinstance(field, str) else field[0]
 

@@ -283,26 +283,12 @@ def build_registry(
             now = context.clock().isoformat()
             await context.api().create(event_for(parent, event_type, reason, state.message, now))
 
-    kopf.on.event("batch", "v1", "jobs", labels={PLAN_LABEL: kopf.PRESENT}, registry=registry)(
-        child_changed
-    )
-    kopf.on.event(
-        "jobset.x-k8s.io",
-        "v1alpha2",
-        "jobsets",
-        labels={PLAN_LABEL: kopf.PRESENT},
-        registry=registry,
-    )(child_changed)
-    workload_resources = (("batch", "v1", "jobs"), ("jobset.x-k8s.io", "v1alpha2", "jobsets"))
-    for group, version, plural in workload_resources:
-        kopf.index(
-            group,
-            version,
-            plural,
-            id=WORKLOAD_INDICES[plural],
-            labels={PLAN_LABEL: kopf.PRESENT},
-            registry=registry,
-        )(index_workload)
+    for group, version, plural, index_id, _ in _WORKLOADS:
+        labelled = {PLAN_LABEL: kopf.PRESENT}
+        kopf.on.event(group, version, plural, labels=labelled, registry=registry)(child_changed)
+        kopf.index(group, version, plural, id=index_id, labels=labelled, registry=registry)(
+            index_workload
+        )
 
     @kopf.on.event(
         "kueue.x-k8s.io",
@@ -331,9 +317,12 @@ def _detached(body: kopf.Body) -> dict[str, Any]:
     return dict(body)
 
 
-WORKLOAD_INDICES = {"jobs": "training_jobs", "jobsets": "training_jobsets"}
-"""Kopf's indices of the training workloads (by plural), each named by its handler id."""
-_INDEXED_KINDS = {"jobs": workload_kind("Job"), "jobsets": workload_kind("JobSet")}
+_WORKLOADS = (
+    ("batch", "v1", "jobs", "training_jobs", workload_kind("Job")),
+    ("jobset.x-k8s.io", "v1alpha2", "jobsets", "training_jobsets", workload_kind("JobSet")),
+)
+"""The training workloads' resources (group, version, plural), the id of Kopf's index of
+each (the name of the handler argument it comes in) and its (apiVersion, kind)."""
 
 
 async def index_workload(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
@@ -345,11 +334,7 @@ async def index_workload(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dic
 
 def _workloads(kwargs: Mapping[str, Any]) -> dict[tuple[str, str], WorkloadIndex]:
     """The workload indices Kopf passed a handler, by (apiVersion, kind)."""
-    return {
-        _INDEXED_KINDS[plural]: kwargs[index]
-        for plural, index in WORKLOAD_INDICES.items()
-        if index in kwargs
-    }
+    return {kind: kwargs[index_id] for *_, index_id, kind in _WORKLOADS if index_id in kwargs}
 
 
 def _is_deletion(**kwargs: Any) -> bool:
