@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.eta_chronicles import BLOOM, CHRONICLES, OPT, rebuild
-from benchmarks.eta_real_scale import thirds
+from benchmarks.eta_real_scale import FINE_SEEDS, SEEDS, cases, main, run_names, thirds
 from trainplan.eta.backtest import real_end, replay
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,3 +76,34 @@ def test_coverage_is_also_shown_over_each_third_of_the_seeds() -> None:
     # In seed order, disjoint; the last third takes what does not divide.
     assert thirds([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]) == pytest.approx((0.85, 0.65, 0.4))
     assert thirds([0.9, 0.8]) == ()
+
+
+def test_a_subset_of_runs_can_be_replayed_with_every_seed_at_both_intervals() -> None:
+    found = cases(False, ["steps-120s", "bloom-176b"], SEEDS)
+    regime = [case for case in found if case.name == "steps-120s"]
+    assert {case.seed for case in regime if case.interval_seconds == 30.0} == set(range(SEEDS))
+    assert {case.seed for case in regime if case.interval_seconds == 300.0} == set(range(SEEDS))
+    assert [(c.name, c.interval_seconds) for c in found if c.real] == [
+        ("bloom-176b", 30.0),
+        ("bloom-176b", 300.0),
+    ]
+    # By default every run, the first FINE_SEEDS seeds of each regime also at 30 s.
+    default = cases(False)
+    assert {case.name for case in default} == set(run_names())
+    fine = {c.seed for c in default if c.name == "steps-120s" and c.interval_seconds == 30.0}
+    assert fine == set(range(FINE_SEEDS))
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--runs", "no-such-run"],
+        ["--runs", ","],
+        ["--fine-seeds", "0"],
+        ["--fine-seeds", str(SEEDS + 1)],
+    ],
+)
+def test_the_benchmark_refuses_an_unknown_run_or_seed_count(arguments: list[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main(arguments)
+    assert refused.value.code == 2
