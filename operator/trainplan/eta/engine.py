@@ -51,7 +51,11 @@ PLAN_LOG_SD = 0.20
 """Relative uncertainty of the planned step time (log scale): the planner's error on
 published runs it was not fitted to (BENCHMARKS.md)."""
 DRIFT_LOG_SD = 0.02
-"""Floor on the projected speed's uncertainty: the speed may still drift."""
+"""Floor on the projected speed's uncertainty (log scale): a settled run's speed still
+moves with its surroundings. Llama 3 405B's throughput varied by 1-2% with the time of
+day, mid-day heat slowing the GPUs' clocks (arXiv 2407.21783, section 3.3.4); the floor
+is the top of that range. Over a horizon of days a daily swing averages out, so there
+the floor stands for slower drifts no run measures in advance."""
 HIDDEN_STALL_SHARE = 0.75
 """An interval without a gap in the metrics that lost more than this share of its time
 held a stall the observations did not see."""
