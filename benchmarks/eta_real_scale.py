@@ -19,7 +19,7 @@ figure by more than 2 points; the range's coverage within 70-90% everywhere.
 regimes a twentieth as long with one seed, and no goal but finite estimates.
 `--runs NAME[,NAME...]` replays only those runs, and `--fine-seeds N` replays only the
 first N seeds of each regime at 30 s (default: all 96; a replay at 30 s costs ten at
-300 s). On 2 cores one regime takes 15-25 minutes and the whole benchmark about three
+300 s). On 2 cores one regime takes 15-35 minutes and the whole benchmark about three
 hours; `--fine-seeds 24` takes about 50 minutes, but a 30 s row's coverage over a
 quarter of the seeds may miss the goal that all of them meet (steps-120s: 92.6% over
 its first 24 seeds, 88.5% over all 96).
